@@ -1,0 +1,1 @@
+"""lazyx's backends: ``cpu`` (NumPy and native kernels), ``metal``, ``cuda``."""

@@ -1,0 +1,70 @@
+"""The CPU backends.
+
+* ``cpu`` (the default): NumPy kernels for every primitive, with native
+  kernels from the nanobind module ``_native`` where NumPy needs several passes
+  or one thread, and the native allocator that gives the memory figures.
+* ``cpu-reference``: the NumPy kernels alone. Swap it in with
+  ``lazyx.core.use_backend("cpu", "cpu-reference")`` to cross-check results.
+"""
+
+from __future__ import annotations
+
+from lazyx.backend import Backend
+from lazyx.device import DeviceType
+from lazyx.hookspecs import hookimpl
+
+from .kernels import numpy_kernels
+
+
+class CpuReferenceBackend(Backend):
+    """NumPy kernels only."""
+
+    name = "cpu-reference"
+    device_type = DeviceType.cpu
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = numpy_kernels()
+
+
+class CpuBackend(CpuReferenceBackend):
+    """NumPy kernels, native kernels where they pay, and native memory accounting."""
+
+    name = "cpu"
+
+    def __init__(self):
+        super().__init__()
+        from . import native_kernels
+        self.native = native_kernels.load()
+        self.kernels.update(native_kernels.kernels(self.native))
+
+    def enter_eval(self):
+        return self.native.enter_eval() if self.native is not None else None
+
+    def exit_eval(self, token):
+        if self.native is not None:
+            self.native.exit_eval(token)
+
+    def memory_stats(self) -> dict:
+        if self.native is None:
+            return super().memory_stats()
+        return self.native.memory_stats()
+
+    def reset_peak_memory(self):
+        if self.native is not None:
+            self.native.reset_peak_memory()
+
+    def clear_cache(self):
+        if self.native is not None:
+            self.native.clear_cache()
+
+    def set_memory_limit(self, limit):
+        return self.native.set_memory_limit(limit)
+
+    def set_cache_limit(self, limit):
+        return self.native.set_cache_limit(limit)
+
+
+@hookimpl
+def lazyx_backends():
+    return [CpuBackend(), CpuReferenceBackend()]

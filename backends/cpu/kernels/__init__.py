@@ -1,0 +1,18 @@
+"""NumPy kernels for every built-in primitive, one module per op pack.
+
+Each module exports ``KERNELS = {primitive_class: kernel}`` with
+``kernel(primitive, inputs) -> ndarray | tuple[ndarray, ...]``. These tables
+are the whole ``cpu-reference`` backend; the ``cpu`` backend starts from them
+and replaces some with native kernels.
+"""
+
+from . import creation, elementwise, indexing, products, random, reductions, shapes, sorting
+
+_MODULES = (creation, elementwise, indexing, products, random, reductions, shapes, sorting)
+
+
+def numpy_kernels() -> dict:
+    table = {}
+    for m in _MODULES:
+        table.update(m.KERNELS)
+    return table

@@ -1,0 +1,3 @@
+"""NumPy kernels of the indexing op pack."""
+
+KERNELS = {}

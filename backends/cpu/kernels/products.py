@@ -1,0 +1,3 @@
+"""NumPy kernels of the products op pack."""
+
+KERNELS = {}

@@ -1,0 +1,3 @@
+"""NumPy kernels of the random op pack."""
+
+KERNELS = {}

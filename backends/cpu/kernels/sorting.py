@@ -1,0 +1,3 @@
+"""NumPy kernels of the sorting op pack."""
+
+KERNELS = {}

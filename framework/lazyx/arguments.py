@@ -1,0 +1,152 @@
+"""Argument handling shared by every op pack (built-in or third-party).
+
+These are the pieces an op function uses before it adds its node: turning
+Python scalars into weakly typed constants, MLX's promotion of two operands,
+broadcasting shapes, and normalising axes. Each raises the lazyx error that
+names the problem.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+from .array import array, from_buffer
+from .device import to_stream
+from .errors import AxisError, DtypeError, ShapeError
+
+__all__ = ["as_array", "constant", "binary_operands", "broadcast_shapes", "normalize_axis",
+           "normalize_axes", "to_stream", "cast"]
+
+_PY_SCALARS = (bool, int, float, complex)
+_constants: dict = {}
+_core = None
+
+
+def _core_ns():
+    global _core
+    if _core is None:
+        import lazyx.core as core
+        _core = core
+    return _core
+
+
+def cast(a: array, dtype: _dt.Dtype, stream=None) -> array:
+    """``a`` converted to ``dtype`` (``a`` itself when it already has it)."""
+    if a._dtype is dtype:
+        return a
+    return _core_ns().astype(a, dtype, stream=stream)
+
+
+def constant(value, dtype: _dt.Dtype) -> array:
+    """An evaluated 0-d array holding Python scalar ``value`` as ``dtype`` (cached)."""
+    key = (type(value), value, dtype)
+    try:
+        c = _constants.get(key)
+    except TypeError:  # unhashable (nan is fine, it hashes)
+        c = None
+    if c is None:
+        from .array import _checked_scalar
+        if dtype.kind in "ui" and isinstance(value, float):
+            data = np.array(value).astype(dtype.np)
+        else:
+            data = _checked_scalar(value, dtype.np)
+        c = from_buffer(data, dtype)
+        if len(_constants) > 4096:
+            _constants.clear()
+        _constants[key] = c
+    return c
+
+
+def as_array(x, dtype: _dt.Dtype | None = None) -> array:
+    """``x`` as an array: arrays pass through, scalars and sequences are converted."""
+    if type(x) is array:
+        return x if dtype is None else cast(x, dtype)
+    if isinstance(x, _PY_SCALARS):
+        return constant(x, dtype if dtype is not None else _dt.scalar_dtype(x))
+    if isinstance(x, array):
+        return x if dtype is None else cast(x, dtype)
+    return array(x, dtype)
+
+
+def binary_operands(a, b, stream=None):
+    """Two operands converted to arrays of their common dtype, by MLX's rules.
+
+    Python scalars are weakly typed (``int8_array + 1`` stays int8). Returns
+    ``(a, b, dtype)``.
+    """
+    ta, tb = type(a), type(b)
+    if ta is array:
+        if tb is array:
+            da, db = a._dtype, b._dtype
+            if da is db:
+                return a, b, da
+            d = _dt._PROMOTE[(da, db)]
+            return cast(a, d, stream), cast(b, d, stream), d
+        if tb in _PY_SCALARS:
+            d = _dt.weak_scalar_dtype(a._dtype, tb)
+            return cast(a, d, stream), constant(b, d), d
+        return binary_operands(a, as_array(b), stream)
+    if ta in _PY_SCALARS:
+        if tb is array:
+            d = _dt.weak_scalar_dtype(b._dtype, ta)
+            return constant(a, d), cast(b, d, stream), d
+        if tb in _PY_SCALARS:
+            d = _dt.result_type(a, b)
+            return constant(a, d), constant(b, d), d
+        return binary_operands(a, as_array(b), stream)
+    if isinstance(a, array) or isinstance(b, array) or isinstance(a, _PY_SCALARS):
+        return binary_operands(a if isinstance(a, (array,) + _PY_SCALARS) else as_array(a),
+                               b if isinstance(b, (array,) + _PY_SCALARS) else as_array(b), stream)
+    return binary_operands(as_array(a), b, stream)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The shape that ``shapes`` broadcast to, as NumPy defines it."""
+    if len(shapes) == 2:
+        s1, s2 = shapes
+        if s1 == s2:
+            return s1
+    else:
+        s1 = shapes[0] if shapes else ()
+        if all(s == s1 for s in shapes):
+            return tuple(s1)
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, d in enumerate(s):
+            o = out[off + i]
+            if o == 1:
+                out[off + i] = d
+            elif d != 1 and d != o:
+                raise ShapeError(f"Shapes {' and '.join(str(tuple(x)) for x in shapes)} "
+                                 f"cannot be broadcast.")
+    return tuple(out)
+
+
+def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
+    """``axis`` in ``[0, ndim)`` (negative axes count from the end)."""
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise AxisError(f"{name} must be an integer, got {axis!r}.")
+    if axis < -ndim or axis >= ndim:
+        raise AxisError(f"{name} {axis} is out of bounds for an array of dimension {ndim}.")
+    return int(axis) % ndim if ndim else 0
+
+
+def normalize_axes(axes, ndim: int, name: str = "axis") -> tuple[int, ...]:
+    """``axes`` (None for all, an int, or a sequence) as sorted unique non-negative ints."""
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, (int, np.integer)):
+        return (normalize_axis(axes, ndim, name),)
+    out = tuple(normalize_axis(a, ndim, name) for a in axes)
+    if len(set(out)) != len(out):
+        raise AxisError(f"Repeated {name} in {tuple(axes)}.")
+    return tuple(sorted(out))
+
+
+def check_dtype(x: array, allowed: str, op: str) -> None:
+    """Raise if ``x``'s dtype kind is not one of ``allowed`` (``"bui"``, ``"fc"``...)."""
+    if x._dtype.kind not in allowed:
+        raise DtypeError(f"{op} does not support dtype {x._dtype.name}.")

@@ -1,0 +1,306 @@
+"""Backends and kernel dispatch.
+
+A :class:`Backend` implements one device type. Several may exist for one type
+(``cpu`` and the NumPy-only ``cpu-reference``); one is active per type, chosen
+by ``LAZYX_CPU_BACKEND`` / ``LAZYX_GPU_BACKEND``, by :func:`use_backend`, or by
+a test fixture.
+
+The kernel for a node comes from the active backend's dispatch table, which
+is resolved once per primitive class and cached:
+
+1. a kernel a plugin registered for (backend, primitive class) through the
+   ``lazyx_kernels`` hook;
+2. the backend's own ``kernels`` table (the primitive's class or a base class);
+3. the primitive's own ``eval_cpu`` / ``eval_gpu`` if it overrides it;
+4. otherwise a kernel that raises :class:`KernelNotFoundError` naming the
+   primitive, the device and the backend. Never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .device import DeviceType
+from .errors import BackendError, KernelNotFoundError
+from .primitive import Primitive
+
+__all__ = ["Backend", "use_backend", "active_backend", "backend_for", "backends",
+           "register_backend", "kernel_provider"]
+
+
+class Backend:
+    """Base class of backends. Subclass it, give it a ``name`` and a ``device_type``,
+    fill ``kernels`` and return an instance from a plugin's ``lazyx_backends`` hook.
+
+    Attributes:
+        name: unique name (``"cpu"``, ``"cuda"``).
+        device_type: the :class:`DeviceType` it runs.
+        kernels: ``{primitive_class: kernel}``; ``kernel(primitive, inputs)``
+            takes input buffers and returns a buffer or a tuple of buffers.
+    """
+
+    name: str = "backend"
+    device_type: DeviceType = DeviceType.cpu
+
+    def __init__(self):
+        self.kernels: dict[type, object] = {}
+
+    def is_available(self) -> bool:
+        """Whether this backend can run on this machine."""
+        return True
+
+    def unavailable_reason(self) -> str:
+        """Why :meth:`is_available` is False, in words."""
+        return ""
+
+    def enter_eval(self):
+        """Called before an evaluation runs kernels; the result goes to exit_eval."""
+        return None
+
+    def exit_eval(self, token) -> None:
+        """Called after an evaluation, with what enter_eval returned."""
+
+    def is_buffer(self, obj) -> bool:
+        """Whether ``obj`` is a buffer of this backend."""
+        return type(obj) is np.ndarray
+
+    def to_host(self, buf) -> np.ndarray:
+        """Copy a buffer to a host NumPy array."""
+        return np.asarray(buf)
+
+    def from_host(self, data: np.ndarray):
+        """A buffer of this backend holding ``data``."""
+        return data
+
+    def synchronize(self, stream) -> None:
+        """Wait for the work queued on ``stream``."""
+
+    def memory_stats(self) -> dict:
+        """``{"active": bytes, "peak": bytes, "cache": bytes}``."""
+        return {"active": 0, "peak": 0, "cache": 0}
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def clear_cache(self) -> None:
+        pass
+
+    def set_memory_limit(self, limit: int) -> int:
+        raise BackendError(f"Backend {self.name!r} does not manage memory limits.")
+
+    def set_cache_limit(self, limit: int) -> int:
+        raise BackendError(f"Backend {self.name!r} does not manage a buffer cache.")
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name!r} ({self.device_type.name})>"
+
+
+_backends: dict[str, Backend] = {}
+_backend_plugins: dict[str, object] = {}
+_active: dict[DeviceType, Backend] = {}
+_tables: dict | None = None
+
+
+class _KernelTable(dict):
+    """primitive class -> kernel for one backend, resolved on first use."""
+
+    def __init__(self, backend: Backend):
+        super().__init__()
+        self.backend = backend
+
+    def __missing__(self, cls):
+        fn = resolve_kernel(self.backend, cls)[0]
+        self[cls] = fn
+        return fn
+
+
+def resolve_kernel(backend: Backend, cls: type) -> tuple[object, str]:
+    """The kernel ``backend`` runs for primitive class ``cls``, and who provides it."""
+    from .registry import kernel_overrides, kernel_conflicts, primitives
+    key = (backend.name, cls)
+    if key in kernel_overrides:
+        fn, info = kernel_overrides[key]
+        return fn, info.label
+    if key in kernel_conflicts:
+        names = " and ".join(i.label for i in kernel_conflicts[key])
+        return _raiser(KernelNotFoundError(
+            f"{cls.name} on backend {backend.name!r} is overridden by both {names}; "
+            f"uninstall one of them.")), "conflict"
+    for klass in cls.__mro__:
+        fn = backend.kernels.get(klass)
+        if fn is not None:
+            return fn, f"backend {backend.name!r}"
+    method = "eval_cpu" if backend.device_type is DeviceType.cpu else "eval_gpu"
+    own = getattr(cls, method)
+    if own is not getattr(Primitive, method):
+        info = primitives.get(cls)
+        return own, f"{cls.name}.{method}" + (f" ({info.label})" if info else "")
+    return _raiser(KernelNotFoundError(
+        f"{cls.name} has no kernel for device {backend.device_type.name} on backend "
+        f"{backend.name!r}: the backend registers none, no plugin overrides it, and "
+        f"{cls.name} does not implement {method}.")), "missing"
+
+
+def _raiser(exc):
+    def kernel(prim, inputs):
+        raise exc
+    kernel.missing = True
+    return kernel
+
+
+def kernel_provider(backend_name: str, cls: type) -> str:
+    """Who provides the kernel of ``cls`` on backend ``backend_name`` (text)."""
+    _ensure_loaded()
+    return resolve_kernel(_get(backend_name), cls)[1]
+
+
+def register_backend(backend: Backend, info=None) -> None:
+    if not isinstance(backend, Backend):
+        raise BackendError(f"{backend!r} is not a lazyx Backend.")
+    if backend.name in _backends:
+        other = _backend_plugins.get(backend.name)
+        raise BackendError(f"Backend {backend.name!r} is registered twice "
+                           f"({getattr(other, 'label', other)} and {getattr(info, 'label', info)}).")
+    _backends[backend.name] = backend
+    _backend_plugins[backend.name] = info
+    invalidate_dispatch()
+
+
+def invalidate_dispatch() -> None:
+    global _tables
+    _tables = None
+    for b in _backends.values():
+        b.__dict__.pop("_table", None)
+
+
+def _ensure_loaded() -> None:
+    if not _backends:
+        import lazyx.core  # noqa: F401  (loads the plugins)
+
+
+def backends() -> dict[str, Backend]:
+    """Every registered backend by name."""
+    _ensure_loaded()
+    return dict(_backends)
+
+
+def _get(name: str) -> Backend:
+    b = _backends.get(name)
+    if b is None:
+        raise BackendError(f"Unknown backend {name!r}; registered backends: "
+                           f"{', '.join(sorted(_backends)) or 'none'}.")
+    return b
+
+
+def _default_for(dt: DeviceType) -> Backend:
+    env = os.environ.get(f"LAZYX_{dt.name.upper()}_BACKEND")
+    if env:
+        b = _get(env)
+        if b.device_type is not dt:
+            raise BackendError(f"LAZYX_{dt.name.upper()}_BACKEND={env!r} names a "
+                               f"{b.device_type.name} backend.")
+        return b
+    candidates = [b for b in _backends.values() if b.device_type is dt]
+    preferred = {"cpu": 0, "cuda": 0, "metal": 1}
+    candidates.sort(key=lambda b: (not b.is_available(), preferred.get(b.name, 2)))
+    if not candidates:
+        raise BackendError(f"No backend is registered for device type {dt.name}.")
+    return candidates[0]
+
+
+def backend_for(dt: DeviceType) -> Backend:
+    """The active backend of device type ``dt``."""
+    b = _active.get(dt)
+    if b is None:
+        _ensure_loaded()
+        b = _active[dt] = _default_for(dt)
+    return b
+
+
+active_backend = backend_for
+
+
+def dispatch_tables() -> dict:
+    """{DeviceType: kernel table of its active backend}; used by the scheduler."""
+    global _tables
+    t = _tables
+    if t is None:
+        t = {}
+        for dt in DeviceType:
+            try:
+                b = backend_for(dt)
+            except BackendError:
+                continue
+            table = b.__dict__.get("_table")
+            if table is None:
+                table = b.__dict__["_table"] = _KernelTable(b)
+            t[dt] = table
+        _tables = t
+    return t
+
+
+def enter_eval():
+    return backend_for(DeviceType.cpu).enter_eval()
+
+
+def exit_eval(token) -> None:
+    backend_for(DeviceType.cpu).exit_eval(token)
+
+
+def is_device_buffer(obj) -> bool:
+    return any(b.is_buffer(obj) for b in _backends.values())
+
+
+def to_host(buf) -> np.ndarray:
+    for b in _backends.values():
+        if b.is_buffer(buf):
+            return b.to_host(buf)
+    return np.asarray(buf)
+
+
+class use_backend:
+    """Make backend ``name`` the active one for ``device_type``.
+
+    Works as a call (the switch stays) and as a context manager (the previous
+    backend comes back on exit).
+
+    Example:
+        >>> with lazyx.core.use_backend("cpu", "cpu-reference"):
+        ...     lazyx.core.eval(y)
+    """
+
+    def __init__(self, device_type, name: str):
+        global _tables
+        dt = _as_device_type(device_type)
+        _ensure_loaded()
+        b = _get(name)
+        if b.device_type is not dt:
+            raise BackendError(f"Backend {name!r} runs device type {b.device_type.name}, "
+                               f"not {dt.name}.")
+        if not b.is_available():
+            raise BackendError(f"Backend {name!r} is not available: {b.unavailable_reason()}")
+        self._dt = dt
+        self._previous = backend_for(dt)
+        _active[dt] = b
+        _tables = None
+
+    def __enter__(self):
+        return _active[self._dt]
+
+    def __exit__(self, *exc):
+        global _tables
+        _active[self._dt] = self._previous
+        _tables = None
+
+
+def _as_device_type(x) -> DeviceType:
+    from .device import Device
+    if isinstance(x, DeviceType):
+        return x
+    if isinstance(x, Device):
+        return x.type
+    if isinstance(x, str) and x in DeviceType.__members__:
+        return DeviceType[x]
+    raise BackendError(f"Unknown device type {x!r}; use 'cpu' or 'gpu'.")

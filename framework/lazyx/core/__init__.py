@@ -1,0 +1,37 @@
+"""``lazyx.core``: arrays, dtypes, devices, evaluation and every registered op.
+
+Read it as ``mlx.core``::
+
+    import lazyx.core as mx
+    a = mx.array([1.0, 2.0, 3.0])
+    b = mx.exp(a) * 2          # nothing has run yet
+    mx.eval(b)                 # now it has
+
+The ops themselves (``add``, ``sum``, ``matmul``, ``random.uniform`` ...) are
+installed here by the op-pack plugins when this module is first imported.
+"""
+
+from ..array import array
+from ..backend import Backend, backends, use_backend
+from ..device import (Device, DeviceType, Stream, cpu, default_device, default_stream, gpu,
+                      is_available, new_stream, set_default_device, set_default_stream, stream,
+                      synchronize)
+from ..dtypes import (Dtype, DtypeCategory, bfloat16, bool_, can_cast, complex64,
+                      complexfloating, e, euler_gamma, finfo, float16, float32, float64, floating,
+                      generic, iinfo, inexact, inf, int8, int16, int32, int64, integer, issubdtype,
+                      nan, newaxis, number, pi, promote_types, result_type, signedinteger, uint8,
+                      uint16, uint32, uint64, unsignedinteger)
+from ..memory import (clear_cache, get_active_memory, get_cache_memory, get_peak_memory,
+                      reset_peak_memory, set_cache_limit, set_memory_limit)
+from ..primitive import Primitive
+from ..scheduler import async_eval, eval
+
+__all__ = [n for n in dir() if not n.startswith("_")]
+
+from .. import registry as _registry  # noqa: E402
+
+_registry.load_plugins(globals(), set(__all__))
+
+
+def __getattr__(name):
+    _registry.conflict_error(name)

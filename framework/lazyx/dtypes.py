@@ -1,0 +1,314 @@
+"""Data types, MLX's promotion rules and the dtype category tree.
+
+A :class:`Dtype` is a small immutable object; the module-level instances
+(``float32``, ``bfloat16``, ...) are the only ones that exist, so dtypes are
+compared with ``is``. Each carries the NumPy dtype that the CPU backend stores
+it as (``bfloat16`` through ml_dtypes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from .errors import DtypeError
+
+__all__ = [
+    "Dtype", "DtypeCategory", "bool_", "uint8", "uint16", "uint32", "uint64",
+    "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+    "complex64", "generic", "number", "integer", "signedinteger", "unsignedinteger",
+    "inexact", "floating", "complexfloating", "issubdtype", "finfo", "iinfo",
+    "promote_types", "result_type", "can_cast", "from_numpy", "to_dtype",
+]
+
+
+class DtypeCategory:
+    """A node of the dtype category tree (``floating``, ``integer``, ...)."""
+
+    __slots__ = ("name", "parent")
+
+    def __init__(self, name: str, parent: "DtypeCategory | None"):
+        self.name = name
+        self.parent = parent
+
+    def __repr__(self) -> str:
+        return f"lazyx.core.{self.name}"
+
+    def is_within(self, other: "DtypeCategory") -> bool:
+        node = self
+        while node is not None:
+            if node is other:
+                return True
+            node = node.parent
+        return False
+
+
+generic = DtypeCategory("generic", None)
+number = DtypeCategory("number", generic)
+integer = DtypeCategory("integer", number)
+signedinteger = DtypeCategory("signedinteger", integer)
+unsignedinteger = DtypeCategory("unsignedinteger", integer)
+inexact = DtypeCategory("inexact", number)
+floating = DtypeCategory("floating", inexact)
+complexfloating = DtypeCategory("complexfloating", inexact)
+# bool sits directly under generic, as in MLX.
+_bool_category = DtypeCategory("bool_", generic)
+
+
+class Dtype:
+    """An array element type. Compare with ``is`` or ``==``.
+
+    Attributes:
+        name: MLX's name (``"float32"``).
+        size: bytes per element.
+        np: the NumPy dtype used for CPU buffers.
+        category: the most specific :class:`DtypeCategory`.
+        kind: ``"b"``, ``"u"``, ``"i"``, ``"f"`` or ``"c"``.
+    """
+
+    __slots__ = ("name", "size", "np", "category", "kind", "index")
+
+    def __init__(self, name, np_dtype, category, kind, index):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.size = self.np.itemsize
+        self.category = category
+        self.kind = kind
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"lazyx.core.{self.name}"
+
+    def __reduce__(self):
+        return (to_dtype, (self.name,))
+
+    @property
+    def itemsize(self) -> int:
+        return self.size
+
+
+_ALL: list[Dtype] = []
+
+
+def _make(name, np_dtype, category, kind):
+    d = Dtype(name, np_dtype, category, kind, len(_ALL))
+    _ALL.append(d)
+    return d
+
+
+bool_ = _make("bool_", np.bool_, _bool_category, "b")
+uint8 = _make("uint8", np.uint8, unsignedinteger, "u")
+uint16 = _make("uint16", np.uint16, unsignedinteger, "u")
+uint32 = _make("uint32", np.uint32, unsignedinteger, "u")
+uint64 = _make("uint64", np.uint64, unsignedinteger, "u")
+int8 = _make("int8", np.int8, signedinteger, "i")
+int16 = _make("int16", np.int16, signedinteger, "i")
+int32 = _make("int32", np.int32, signedinteger, "i")
+int64 = _make("int64", np.int64, signedinteger, "i")
+float16 = _make("float16", np.float16, floating, "f")
+float32 = _make("float32", np.float32, floating, "f")
+float64 = _make("float64", np.float64, floating, "f")
+bfloat16 = _make("bfloat16", ml_dtypes.bfloat16, floating, "f")
+complex64 = _make("complex64", np.complex64, complexfloating, "c")
+
+ALL_DTYPES: tuple[Dtype, ...] = tuple(_ALL)
+
+# MLX's promotion table (rows and columns in the order of ALL_DTYPES above).
+_S = {"b": bool_, "u8": uint8, "u16": uint16, "u32": uint32, "u64": uint64,
+      "i8": int8, "i16": int16, "i32": int32, "i64": int64, "f16": float16,
+      "f32": float32, "f64": float64, "bf16": bfloat16, "c64": complex64}
+_TABLE_TEXT = """
+b   u8  u16 u32 u64 i8  i16 i32 i64 f16 f32 f64 bf16 c64
+u8  u8  u16 u32 u64 i16 i16 i32 i64 f16 f32 f64 bf16 c64
+u16 u16 u16 u32 u64 i32 i32 i32 i64 f16 f32 f64 bf16 c64
+u32 u32 u32 u32 u64 i64 i64 i64 i64 f16 f32 f64 bf16 c64
+u64 u64 u64 u64 u64 f32 f32 f32 f32 f16 f32 f64 bf16 c64
+i8  i16 i32 i64 f32 i8  i16 i32 i64 f16 f32 f64 bf16 c64
+i16 i16 i32 i64 f32 i16 i16 i32 i64 f16 f32 f64 bf16 c64
+i32 i32 i32 i64 f32 i32 i32 i32 i64 f16 f32 f64 bf16 c64
+i64 i64 i64 i64 f32 i64 i64 i64 i64 f16 f32 f64 bf16 c64
+f16 f16 f16 f16 f16 f16 f16 f16 f16 f16 f32 f64 f32 c64
+f32 f32 f32 f32 f32 f32 f32 f32 f32 f32 f32 f64 f32 c64
+f64 f64 f64 f64 f64 f64 f64 f64 f64 f64 f64 f64 f64 c64
+bf16 bf16 bf16 bf16 bf16 bf16 bf16 bf16 bf16 f32 f32 f64 bf16 c64
+c64 c64 c64 c64 c64 c64 c64 c64 c64 c64 c64 c64 c64 c64
+"""
+_PROMOTE: dict[tuple[Dtype, Dtype], Dtype] = {}
+for _a, _row in zip(ALL_DTYPES, _TABLE_TEXT.split("\n")[1:-1]):
+    for _b, _r in zip(ALL_DTYPES, _row.split()):
+        _PROMOTE[(_a, _b)] = _S[_r]
+
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NAME["bool"] = bool_
+_BY_NUMPY = {d.np: d for d in ALL_DTYPES}
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+# The dtype a Python scalar takes when it meets no array.
+_SCALAR_DEFAULT = {bool: bool_, int: int32, float: float32, complex: complex64}
+_SCALAR_RANK = {bool: 0, int: 1, float: 2, complex: 3}
+
+
+def promote_types(a: Dtype, b: Dtype) -> Dtype:
+    """The dtype of a binary operation between arrays of dtypes ``a`` and ``b``."""
+    return _PROMOTE[(a, b)]
+
+
+def weak_scalar_dtype(dtype: Dtype, scalar_type: type) -> Dtype:
+    """The result dtype of ``array(dtype) <op> python_scalar``.
+
+    Python scalars are weakly typed: they adopt the array's dtype unless they
+    are of a higher kind (a float meeting an integer array), in which case the
+    scalar's default dtype is promoted with the array's.
+    """
+    rank = _SCALAR_RANK[scalar_type]
+    if rank <= _KIND_RANK[dtype.kind] and not (rank == 1 and dtype.kind == "b"):
+        return dtype
+    return _PROMOTE[(dtype, _SCALAR_DEFAULT[scalar_type])]
+
+
+def _python_scalar_type(value) -> type:
+    for t in (bool, int, float, complex):
+        if isinstance(value, t):
+            return t
+    raise DtypeError(f"{type(value).__name__} is not a Python scalar.")
+
+
+def scalar_dtype(value) -> Dtype:
+    """The dtype MLX gives a bare Python scalar."""
+    t = type(value)
+    d = _SCALAR_DEFAULT.get(t)
+    if d is not None:
+        return d
+    for base in (bool, int, float, complex):
+        if isinstance(value, base):
+            return _SCALAR_DEFAULT[base]
+    if isinstance(value, np.generic):
+        return from_numpy(value.dtype)
+    raise DtypeError(f"Cannot infer a dtype for a value of type {t.__name__}.")
+
+
+def from_numpy(np_dtype) -> Dtype:
+    """The lazyx dtype stored as NumPy dtype ``np_dtype``."""
+    d = _BY_NUMPY.get(np_dtype)
+    if d is None:
+        try:
+            d = _BY_NUMPY.get(np.dtype(np_dtype))
+        except TypeError:
+            d = None
+        if d is None:
+            raise DtypeError(f"NumPy dtype {np_dtype!r} has no lazyx equivalent.")
+    return d
+
+
+def to_dtype(value) -> Dtype:
+    """Accept a :class:`Dtype`, a dtype name or a NumPy dtype; return the Dtype."""
+    if type(value) is Dtype:
+        return value
+    if isinstance(value, str):
+        d = _BY_NAME.get(value)
+        if d is None:
+            raise DtypeError(f"Unknown dtype name {value!r}.")
+        return d
+    if value in _SCALAR_DEFAULT:
+        return _SCALAR_DEFAULT[value]
+    try:
+        return from_numpy(np.dtype(value))
+    except TypeError:
+        raise DtypeError(f"{value!r} is not a dtype.") from None
+
+
+def issubdtype(a, b) -> bool:
+    """Whether dtype or category ``a`` lies within dtype or category ``b``.
+
+    Example:
+        >>> issubdtype(float16, floating)
+        True
+    """
+    if type(a) is not DtypeCategory:
+        a = to_dtype(a)
+    if type(b) is not DtypeCategory:
+        b = to_dtype(b)
+    if type(a) is Dtype and type(b) is Dtype:
+        return a is b
+    if type(b) is Dtype:
+        return False
+    cat = a.category if type(a) is Dtype else a
+    return cat.is_within(b)
+
+
+def result_type(*args) -> Dtype:
+    """The dtype of combining ``args`` (arrays, dtypes or Python scalars) by MLX's rules."""
+    strong = None
+    weak = []
+    for x in args:
+        if type(x) is Dtype:
+            d = x
+        elif hasattr(x, "dtype") and not isinstance(x, np.generic):
+            d = to_dtype(x.dtype)
+        elif isinstance(x, (bool, int, float, complex)):
+            weak.append(_python_scalar_type(x))
+            continue
+        else:
+            d = to_dtype(x)
+        strong = d if strong is None else _PROMOTE[(strong, d)]
+    if strong is None:
+        if not weak:
+            raise DtypeError("result_type needs at least one argument.")
+        strong = _SCALAR_DEFAULT[max(weak, key=_SCALAR_RANK.__getitem__)]
+        return strong
+    for t in weak:
+        strong = weak_scalar_dtype(strong, t)
+    return strong
+
+
+def can_cast(from_, to) -> bool:
+    """Whether values of ``from_`` convert to ``to`` without loss (``to`` is the promotion)."""
+    a, b = to_dtype(from_), to_dtype(to)
+    return _PROMOTE[(a, b)] is b and not (a.kind == "c" and b.kind != "c")
+
+
+class finfo:
+    """Machine limits of a floating point dtype: ``min``, ``max``, ``eps``, ``tiny``, ``dtype``."""
+
+    def __init__(self, dtype):
+        d = to_dtype(dtype)
+        if d.kind not in "fc":
+            raise DtypeError(f"finfo needs a floating point dtype, got {d.name}.")
+        self.dtype = d
+        info = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
+        self.min = float(info.min)
+        self.max = float(info.max)
+        self.eps = float(info.eps)
+        self.tiny = float(info.tiny)
+        self.smallest_normal = self.tiny
+        self.resolution = float(info.resolution)
+        self.bits = d.size * 8
+
+    def __repr__(self) -> str:
+        return f"finfo(min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype.name})"
+
+
+class iinfo:
+    """Limits of an integer dtype: ``min``, ``max``, ``bits``, ``dtype``."""
+
+    def __init__(self, dtype):
+        d = to_dtype(dtype)
+        if d.kind not in "ui":
+            raise DtypeError(f"iinfo needs an integer dtype, got {d.name}.")
+        self.dtype = d
+        info = np.iinfo(d.np)
+        self.min = int(info.min)
+        self.max = int(info.max)
+        self.bits = d.size * 8
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype.name})"
+
+
+pi = math.pi
+e = math.e
+euler_gamma = 0.5772156649015329
+inf = math.inf
+nan = math.nan
+newaxis = None

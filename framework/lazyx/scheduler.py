@@ -1,0 +1,179 @@
+"""The scheduler: evaluate lazy arrays.
+
+``eval`` gathers the arrays of its arguments (nested lists, tuples and dicts),
+orders the unevaluated part of their graph topologically with an iterative
+depth-first walk (no recursion, so a 200,000-node chain is fine), then runs
+each node once on the calling thread:
+
+* the kernel comes from the active backend of the node's device (its kernel
+  table, else the primitive's own ``eval_cpu``/``eval_gpu``, else a
+  :class:`KernelNotFoundError` naming primitive, device and backend);
+* outputs are checked against the shapes and dtypes the graph promised;
+* the node is then detached (primitive and inputs dropped) and the walk's own
+  reference released, so an intermediate is freed as soon as its last
+  consumer has run, unless a transform asked to retain the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .array import array
+from .errors import KernelOutputError
+
+__all__ = ["eval", "async_eval", "eval_arrays", "retain_graph", "tree_arrays"]
+
+_ndarray = np.ndarray
+_asarray = np.asarray
+
+
+class _Retain:
+    """Counts the transforms that are tracing; while > 0 eval keeps graphs attached."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self):
+        self.depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+
+
+retain_graph = _Retain()
+
+
+def tree_arrays(tree, out: list) -> list:
+    """Append every array in ``tree`` (nested lists, tuples and dicts) to ``out``."""
+    stack = [tree]
+    while stack:
+        t = stack.pop()
+        if type(t) is array:
+            out.append(t)
+        elif isinstance(t, (list, tuple)):
+            stack.extend(reversed(t))
+        elif isinstance(t, dict):
+            stack.extend(reversed(list(t.values())))
+        elif isinstance(t, array):
+            out.append(t)
+    return out
+
+
+def eval(*args) -> None:
+    """Evaluate every array in ``args`` (arrays or trees of arrays).
+
+    Example:
+        >>> a = lazyx.core.ones((2, 2)) * 3
+        >>> lazyx.core.eval(a, {"b": [a + 1]})
+    """
+    eval_arrays(tree_arrays(args, []))
+
+
+def async_eval(*args) -> None:
+    """Evaluate ``args``; lazyx runs kernels on the calling thread, so this is ``eval``.
+
+    It exists for MLX compatibility: code that overlaps graph building with
+    ``async_eval`` still runs correctly.
+    """
+    eval_arrays(tree_arrays(args, []))
+
+
+def _toposort(roots) -> list:
+    order = []
+    seen = set()
+    add = seen.add
+    for r in roots:
+        if r._data is not None or id(r) in seen:
+            continue
+        stack = [(r, 0)]
+        while stack:
+            a, i = stack.pop()
+            ins = a._inputs
+            n = len(ins)
+            while i < n:
+                x = ins[i]
+                i += 1
+                if x._data is None and id(x) not in seen:
+                    stack.append((a, i))
+                    stack.append((x, 0))
+                    break
+            else:
+                sib = a._siblings
+                if sib is None:
+                    add(id(a))
+                else:
+                    for s in sib:
+                        add(id(s))
+                order.append(a)
+    return order
+
+
+def eval_arrays(roots) -> None:
+    """Evaluate a flat sequence of arrays."""
+    order = _toposort(roots)
+    if not order:
+        return
+    from .backend import dispatch_tables, enter_eval, exit_eval
+    tables = dispatch_tables()
+    token = enter_eval()
+    keep = retain_graph.depth > 0
+    try:
+        for k in range(len(order)):
+            a = order[k]
+            order[k] = None
+            prim = a._prim
+            if prim is None:  # a sibling evaluated it already
+                continue
+            kernel = tables[prim.stream.device.type][type(prim)]
+            out = kernel(prim, [x._data for x in a._inputs])
+            sib = a._siblings
+            if sib is None:
+                if type(out) is not _ndarray:
+                    out = _fix_single(out, a)
+                if out.shape != a._shape or (out.dtype is not a._dtype.np and out.dtype != a._dtype.np):
+                    _bad_output(prim, (out,), (a,))
+                a._data = out
+                if not keep:
+                    a._prim = None
+                    a._inputs = None
+            else:
+                if type(out) not in (tuple, list) or len(out) != len(sib):
+                    _bad_output(prim, out if type(out) in (tuple, list) else (out,), sib)
+                outs = [o if type(o) is _ndarray else _asarray(o) for o in out]
+                for o, s in zip(outs, sib):
+                    if o.shape != s._shape or o.dtype != s._dtype.np:
+                        _bad_output(prim, outs, sib)
+                for o, s in zip(outs, sib):
+                    s._data = o
+                    if not keep:
+                        s._prim = None
+                        s._inputs = None
+                        s._siblings = None
+    finally:
+        exit_eval(token)
+
+
+def _fix_single(out, a):
+    if type(out) in (tuple, list):
+        if len(out) == 1:
+            out = out[0]
+            if type(out) is _ndarray:
+                return out
+        else:
+            _bad_output(a._prim, out, (a,))
+    from .backend import is_device_buffer
+    if is_device_buffer(out):
+        return out
+    return _asarray(out)
+
+
+def _bad_output(prim, outs, expected) -> None:
+    from .registry import provider_of
+    got = ", ".join(f"{getattr(o, 'shape', '?')} {getattr(o, 'dtype', type(o).__name__)}" for o in outs)
+    want = ", ".join(f"{e._shape} {e._dtype.np}" for e in expected)
+    raise KernelOutputError(
+        f"The kernel of {prim.name} ({provider_of(prim)}) returned [{got}], "
+        f"expected [{want}]. The outputs were discarded; other arrays are unaffected.")
