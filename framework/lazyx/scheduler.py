@@ -45,6 +45,11 @@ class _Retain:
 
 retain_graph = _Retain()
 
+#: When True (the test suite sets it), every node's ``output_shapes`` is checked
+#: against what its kernel returned, and the classes seen are recorded.
+check_shape_rules = False
+checked_primitives: set = set()
+
 
 def tree_arrays(tree, out: list) -> list:
     """Append every array in ``tree`` (nested lists, tuples and dicts) to ``out``."""
@@ -129,6 +134,8 @@ def eval_arrays(roots) -> None:
                 continue
             kernel = tables[prim.stream.device.type][type(prim)]
             out = kernel(prim, [x._data for x in a._inputs])
+            if check_shape_rules:
+                _check_shape_rule(prim, a)
             sib = a._siblings
             if sib is None:
                 if type(out) is not _ndarray:
@@ -154,6 +161,14 @@ def eval_arrays(roots) -> None:
                         s._siblings = None
     finally:
         exit_eval(token)
+
+
+def _check_shape_rule(prim, a) -> None:
+    expected = [s._shape for s in a._siblings] if a._siblings is not None else [a._shape]
+    got = [tuple(s) for s in prim.output_shapes(a._inputs)]
+    if got != expected:
+        raise KernelOutputError(f"{prim!r}.output_shapes gave {got}, the graph has {expected}.")
+    checked_primitives.add(type(prim))
 
 
 def _fix_single(out, a):
