@@ -105,8 +105,10 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
     """The shape that ``shapes`` broadcast to, as NumPy defines it."""
     if len(shapes) == 2:
         s1, s2 = shapes
-        if s1 == s2:
-            return s1
+        if s1 == s2 or not s2:
+            return tuple(s1)
+        if not s1:
+            return tuple(s2)
     else:
         s1 = shapes[0] if shapes else ()
         if all(s == s1 for s in shapes):

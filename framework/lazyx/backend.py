@@ -100,7 +100,7 @@ class Backend:
 _backends: dict[str, Backend] = {}
 _backend_plugins: dict[str, object] = {}
 _active: dict[DeviceType, Backend] = {}
-_tables: dict | None = None
+_tables: list | None = None
 
 
 class _KernelTable(dict):
@@ -222,12 +222,13 @@ def backend_for(dt: DeviceType) -> Backend:
 active_backend = backend_for
 
 
-def dispatch_tables() -> dict:
-    """{DeviceType: kernel table of its active backend}; used by the scheduler."""
+def dispatch_tables() -> list:
+    """Kernel tables of the active backends, indexed by ``DeviceType.value``
+    (``Stream.kind``); used by the scheduler."""
     global _tables
     t = _tables
     if t is None:
-        t = {}
+        t = [None] * len(DeviceType)
         for dt in DeviceType:
             try:
                 b = backend_for(dt)
@@ -236,7 +237,7 @@ def dispatch_tables() -> dict:
             table = b.__dict__.get("_table")
             if table is None:
                 table = b.__dict__["_table"] = _KernelTable(b)
-            t[dt] = table
+            t[dt.value] = table
         _tables = t
     return t
 

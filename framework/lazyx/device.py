@@ -56,11 +56,13 @@ class Device:
 class Stream:
     """An ordered queue of work on ``device``."""
 
-    __slots__ = ("index", "device")
+    __slots__ = ("index", "device", "kind")
 
     def __init__(self, index: int, device: Device):
         self.index = index
         self.device = device
+        # The device type as a plain int: the scheduler's dispatch-table index.
+        self.kind = device.type.value
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Stream) and other.index == self.index and other.device == self.device

@@ -132,7 +132,7 @@ def eval_arrays(roots) -> None:
             prim = a._prim
             if prim is None:  # a sibling evaluated it already
                 continue
-            kernel = tables[prim.stream.device.type][type(prim)]
+            kernel = tables[prim.stream.kind][type(prim)]
             out = kernel(prim, [x._data for x in a._inputs])
             if check_shape_rules:
                 _check_shape_rule(prim, a)

@@ -1,0 +1,100 @@
+"""The ``lazyx`` console script.
+
+``lazyx info`` prints the version, the devices, the backends (available or why
+not), every plugin with its distribution and version (and the error of any that
+failed to load), the registered primitives, and which backend lacks a kernel
+for which primitive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def info(out=None) -> None:
+    """Print what this lazyx installation is made of."""
+    out = out or sys.stdout
+    import lazyx
+    import lazyx.core as mx
+    from lazyx import registry
+    from lazyx.backend import active_backend, backends, resolve_kernel
+
+    w = out.write
+    w(f"lazyx {lazyx.__version__}\n\n")
+    w("Devices:\n")
+    for dt in mx.DeviceType:
+        avail = mx.is_available(mx.Device(dt))
+        w(f"  {dt.name}: {'available' if avail else 'not available'}"
+          f"{' (default)' if mx.default_device().type is dt else ''}\n")
+    w("\nBackends:\n")
+    for name, b in sorted(backends().items()):
+        active = ""
+        try:
+            active = " [active]" if active_backend(b.device_type) is b else ""
+        except Exception:
+            pass
+        state = "available" if b.is_available() else f"not available: {b.unavailable_reason()}"
+        provider = registry.plugins.get(_plugin_of_backend(name))
+        who = f" from {provider.distribution} {provider.version}" if provider else ""
+        w(f"  {name} ({b.device_type.name}){active}{who}: {state}\n")
+    w("\nPlugins:\n")
+    for name, p in sorted(registry.plugins.items()):
+        if p.error is not None:
+            w(f"  {name} ({p.distribution} {p.version}): FAILED TO LOAD: "
+              f"{type(p.error).__name__}: {p.error}\n")
+            continue
+        parts = []
+        if p.primitives:
+            parts.append(f"{len(p.primitives)} primitives")
+        if p.ops:
+            parts.append(f"{len(p.ops)} names")
+        if p.backends:
+            parts.append("backends " + ", ".join(p.backends))
+        if p.kernels:
+            parts.append(f"{len(p.kernels)} kernel overrides")
+        w(f"  {name} ({p.distribution} {p.version}): {'; '.join(parts) or 'nothing registered'}\n")
+        if p.primitives:
+            w("    primitives: " + " ".join(c.name for c in p.primitives) + "\n")
+        for b, prim in p.kernels:
+            w(f"    kernel: {prim} on {b}\n")
+    if registry.conflicts:
+        w("\nConflicts (these names are disabled):\n")
+        for n, owners in sorted(registry.conflicts.items()):
+            w(f"  {n}: " + " and ".join(o.label for o in owners) + "\n")
+    w("\nMissing kernels:\n")
+    any_missing = False
+    for name, b in sorted(backends().items()):
+        missing = [cls.name for cls in registry.primitives
+                   if getattr(resolve_kernel(b, cls)[0], "missing", False)]
+        if missing:
+            any_missing = True
+            reason = "" if b.is_available() else " (backend not available)"
+            w(f"  {name}{reason}: {len(missing)} of {len(registry.primitives)} primitives: "
+              + " ".join(sorted(missing)) + "\n")
+    if not any_missing:
+        w("  none\n")
+
+
+def _plugin_of_backend(name: str):
+    from lazyx import registry
+    for pname, p in registry.plugins.items():
+        if name in p.backends:
+            return pname
+    return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="lazyx", description="lazyx command line.")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="version, devices, backends, plugins, primitives, missing kernels")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info()
+        return 0
+    parser.print_help()
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lazyx.core as mx
+from lazyx.errors import DtypeError
+from helpers import ALL_DTYPES
+
+
+# Cases of MLX's promotion table that differ from NumPy's.
+@pytest.mark.parametrize("a,b,expected", [
+    (mx.int8, mx.uint8, mx.int16),
+    (mx.uint64, mx.int8, mx.float32),
+    (mx.int64, mx.uint64, mx.float32),
+    (mx.float16, mx.bfloat16, mx.float32),
+    (mx.int64, mx.float16, mx.float16),
+    (mx.uint32, mx.bfloat16, mx.bfloat16),
+    (mx.float64, mx.complex64, mx.complex64),
+    (mx.bool_, mx.bool_, mx.bool_),
+    (mx.bool_, mx.int8, mx.int8),
+    (mx.uint16, mx.int8, mx.int32),
+])
+def test_promotion_table_cases(a, b, expected):
+    assert mx.promote_types(a, b) is expected
+    assert mx.promote_types(b, a) is expected
+
+
+def test_promotion_is_symmetric_and_ops_follow_it():
+    for a, b in itertools.product(ALL_DTYPES, ALL_DTYPES):
+        d = mx.promote_types(a, b)
+        assert mx.promote_types(b, a) is d
+        x = mx.zeros((2,), dtype=a) if hasattr(mx, "zeros") else mx.array(np.zeros(2, a.np))
+        y = mx.array(np.ones(2, b.np), dtype=b)
+        assert (x + y).dtype is d, (a, b)
+
+
+@pytest.mark.parametrize("dtype,scalar,expected", [
+    (mx.int8, 1, mx.int8),
+    (mx.uint8, 300, mx.uint8),
+    (mx.float16, 2.0, mx.float16),
+    (mx.bfloat16, 3, mx.bfloat16),
+    (mx.int32, 2.5, mx.float32),
+    (mx.int64, 2.5, mx.float32),
+    (mx.bool_, 1, mx.int32),
+    (mx.bool_, True, mx.bool_),
+    (mx.bool_, 1.5, mx.float32),
+    (mx.float32, 1j, mx.complex64),
+    (mx.float64, 1.0, mx.float64),
+])
+def test_python_scalars_are_weak(dtype, scalar, expected):
+    a = mx.array(np.ones(3, dtype.np), dtype=dtype)
+    assert (a + scalar).dtype is expected
+    assert (scalar + a).dtype is expected
+    assert mx.result_type(a, scalar) is expected
+
+
+def test_weak_int_wraps_like_mlx():
+    a = mx.array([1, 2], dtype=mx.uint8)
+    np.testing.assert_array_equal(np.array(a + 300), np.array([45, 46], np.uint8))
+
+
+def test_result_type_of_scalars_and_dtypes():
+    assert mx.result_type(1, 2) is mx.int32
+    assert mx.result_type(1, 2.0) is mx.float32
+    assert mx.result_type(True) is mx.bool_
+    assert mx.result_type(mx.int8, mx.float16, 1.0) is mx.float16
+    with pytest.raises(DtypeError):
+        mx.result_type()
+
+
+def test_category_tree():
+    assert mx.issubdtype(mx.float16, mx.floating)
+    assert mx.issubdtype(mx.bfloat16, mx.inexact)
+    assert mx.issubdtype(mx.complex64, mx.complexfloating)
+    assert mx.issubdtype(mx.complex64, mx.number)
+    assert mx.issubdtype(mx.int8, mx.signedinteger)
+    assert not mx.issubdtype(mx.uint8, mx.signedinteger)
+    assert mx.issubdtype(mx.uint8, mx.integer)
+    assert mx.issubdtype(mx.floating, mx.number)
+    assert not mx.issubdtype(mx.bool_, mx.number)
+    assert mx.issubdtype(mx.bool_, mx.generic)
+    assert mx.issubdtype(mx.float32, mx.float32)
+    assert not mx.issubdtype(mx.float32, mx.float16)
+    assert not mx.issubdtype(mx.floating, mx.float32)
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.float32, mx.float64, mx.bfloat16], ids=str)
+def test_finfo_matches_numpy(dtype):
+    ref = ml_dtypes.finfo(ml_dtypes.bfloat16) if dtype is mx.bfloat16 else np.finfo(dtype.np)
+    f = mx.finfo(dtype)
+    assert f.max == float(ref.max) and f.min == float(ref.min) and f.eps == float(ref.eps)
+    assert f.dtype is dtype
+
+
+@pytest.mark.parametrize("dtype", [mx.uint8, mx.int8, mx.int16, mx.uint32, mx.int64, mx.uint64], ids=str)
+def test_iinfo_matches_numpy(dtype):
+    assert (mx.iinfo(dtype).min, mx.iinfo(dtype).max) == (np.iinfo(dtype.np).min, np.iinfo(dtype.np).max)
+
+
+def test_info_rejects_wrong_kinds():
+    with pytest.raises(DtypeError, match="floating"):
+        mx.finfo(mx.int32)
+    with pytest.raises(DtypeError, match="integer"):
+        mx.iinfo(mx.float32)
+
+
+def test_can_cast():
+    assert mx.can_cast(mx.int8, mx.int16)
+    assert mx.can_cast(mx.float16, mx.float32)
+    assert not mx.can_cast(mx.float32, mx.int32)
+    assert not mx.can_cast(mx.int32, mx.int8)
+    assert not mx.can_cast(mx.complex64, mx.float64)
+
+
+def test_constants():
+    assert mx.pi == np.pi and mx.e == np.e and mx.inf == np.inf and np.isnan(mx.nan)
+    assert mx.newaxis is None
+
+
+def test_dtype_objects():
+    assert mx.float32.size == 4 and mx.bfloat16.size == 2 and mx.complex64.size == 8
+    assert repr(mx.int32) == "lazyx.core.int32"
+    assert mx.float32 == mx.float32 and mx.float32 != mx.float16
+    assert len({mx.float32, mx.float32, mx.int8}) == 2
+
+
+def test_unknown_dtype():
+    with pytest.raises(DtypeError, match="float128"):
+        mx.array([1.0], dtype="float128")
+    with pytest.raises(DtypeError):
+        mx.array(np.array(["a"]))
