@@ -1,9 +1,452 @@
-"""The creation op pack (to be filled)."""
+"""Creation op pack: arrays made from a shape and values (``zeros``, ``arange``, ``eye`` ...).
 
+Creation is lazy, as in MLX: the primitives below take no array inputs (except
+``Full``, which broadcasts its ``vals`` input) and their kernels produce the
+data when the array is evaluated. ``tril``, ``triu`` and ``meshgrid`` are
+compositions of other ops.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+from lazyx import dtypes as dt
+from lazyx.arguments import as_array, broadcast_shapes, cast, constant
+from lazyx.array import array, lazy
+from lazyx.device import to_stream
+from lazyx.errors import DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 
-PRIMITIVES = []
-OPS = {}
+import lazyx.core as mx
+
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+# -- primitives --------------------------------------------------------------
+class Creation(Primitive):
+    """A primitive that makes an array from its parameters alone."""
+
+    __slots__ = ()
+
+
+class Fill(Creation):
+    """An array of ``shape`` and ``dtype`` with every element ``value`` (a Python scalar)."""
+
+    __slots__ = ("shape", "dtype", "value")
+
+    def __init__(self, stream, shape, dtype, value):
+        super().__init__(stream)
+        self.shape = shape
+        self.dtype = dtype
+        self.value = value
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+
+class Full(Primitive):
+    """Its one input broadcast to ``shape`` (the input already has the output dtype)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, stream, shape):
+        super().__init__(stream)
+        self.shape = shape
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+
+class Arange(Creation):
+    """``start, start + step, ...`` up to ``stop`` (excluded), as ``dtype``."""
+
+    __slots__ = ("start", "stop", "step", "dtype")
+
+    def __init__(self, stream, start, stop, step, dtype):
+        super().__init__(stream)
+        self.start = start
+        self.stop = stop
+        self.step = step
+        self.dtype = dtype
+
+    def output_shapes(self, inputs):
+        return [(_arange_length(self.start, self.stop, self.step),)]
+
+
+class Linspace(Creation):
+    """``num`` evenly spaced values from ``start`` to ``stop``."""
+
+    __slots__ = ("start", "stop", "num", "endpoint", "dtype")
+
+    def __init__(self, stream, start, stop, num, endpoint, dtype):
+        super().__init__(stream)
+        self.start = start
+        self.stop = stop
+        self.num = num
+        self.endpoint = endpoint
+        self.dtype = dtype
+
+    def output_shapes(self, inputs):
+        return [(self.num,)]
+
+
+class _Banded(Creation):
+    """An ``n x m`` matrix described by a diagonal ``k``."""
+
+    __slots__ = ("n", "m", "k", "dtype")
+
+    def __init__(self, stream, n, m, k, dtype):
+        super().__init__(stream)
+        self.n = n
+        self.m = m
+        self.k = k
+        self.dtype = dtype
+
+    def output_shapes(self, inputs):
+        return [(self.n, self.m)]
+
+
+class Eye(_Banded):
+    """An ``n x m`` matrix with ones on diagonal ``k``."""
+
+    __slots__ = ()
+
+
+class Tri(_Banded):
+    """An ``n x m`` matrix with ones at and below diagonal ``k``."""
+
+    __slots__ = ()
+
+
+# -- argument checks ---------------------------------------------------------
+def _shape(shape, op: str) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
+    if type(shape) is tuple:
+        for s in shape:
+            if type(s) is not int or s < 0:
+                break
+        else:
+            return shape
+    try:
+        dims = (operator.index(shape),)
+    except TypeError:
+        try:
+            dims = tuple(operator.index(s) for s in shape)
+        except TypeError:
+            raise ShapeError(f"[{op}] shape must be an int or a sequence of ints, "
+                             f"got {shape!r}.") from None
+    if any(s < 0 for s in dims):
+        raise ShapeError(f"[{op}] Negative dimensions are not allowed, got shape {dims}.")
+    return dims
+
+
+def _dtype(dtype, default):
+    return default if dtype is None else dt.to_dtype(dtype)
+
+
+def _int(value, name: str, op: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise DtypeError(f"[{op}] {name} must be an integer, got {value!r}.") from None
+
+
+def _size(value, name: str, op: str) -> int:
+    n = _int(value, name, op)
+    if n < 0:
+        raise ShapeError(f"[{op}] {name} must be non-negative, got {n}.")
+    return n
+
+
+# -- constant-valued arrays --------------------------------------------------
+def zeros(shape, dtype=dt.float32, *, stream=None) -> array:
+    """An array of zeros.
+
+    Args:
+        shape: the shape, an int or a sequence of ints.
+        dtype: the element type (float32 when None).
+    """
+    d = _dtype(dtype, dt.float32)
+    shape = _shape(shape, "zeros")
+    return lazy(shape, d, Fill(to_stream(stream), shape, d, 0), ())
+
+
+def ones(shape, dtype=dt.float32, *, stream=None) -> array:
+    """An array of ones.
+
+    Args:
+        shape: the shape, an int or a sequence of ints.
+        dtype: the element type (float32 when None).
+    """
+    d = _dtype(dtype, dt.float32)
+    shape = _shape(shape, "ones")
+    return lazy(shape, d, Fill(to_stream(stream), shape, d, 1), ())
+
+
+def empty(shape, dtype=dt.float32, *, stream=None) -> array:
+    """An array whose values do not matter; like MLX, lazyx fills it with zeros."""
+    d = _dtype(dtype, dt.float32)
+    shape = _shape(shape, "empty")
+    return lazy(shape, d, Fill(to_stream(stream), shape, d, 0), ())
+
+
+def _full(shape, vals, d, stream, op):
+    if type(vals) is array or isinstance(vals, array):
+        if d is None:
+            d = vals._dtype
+        v = cast(vals, d, stream)
+    else:
+        if isinstance(vals, (list, tuple)):
+            raise DtypeError(f"[{op}] vals must be a scalar or an array, got a "
+                             f"{type(vals).__name__}; wrap it in an array.")
+        v = as_array(vals, d)
+        d = v._dtype
+    if v._shape != shape and broadcast_shapes(v._shape, shape) != shape:
+        raise ShapeError(f"[{op}] vals of shape {v._shape} cannot be broadcast to shape {shape}.")
+    return lazy(shape, d, Full(to_stream(stream), shape), (v,))
+
+
+def full(shape, vals, dtype=None, *, stream=None) -> array:
+    """An array of ``shape`` filled with ``vals``.
+
+    Args:
+        shape: the shape, an int or a sequence of ints.
+        vals: a scalar, or an array that broadcasts to ``shape``.
+        dtype: the element type; inferred from ``vals`` when None.
+    Returns:
+        the filled array.
+    """
+    shape = _shape(shape, "full")
+    return _full(shape, vals, None if dtype is None else dt.to_dtype(dtype), stream, "full")
+
+
+def _like(a, op):
+    if not isinstance(a, array):
+        raise DtypeError(f"[{op}] a must be an array, got {type(a).__name__}.")
+    return a
+
+
+def zeros_like(a, /, dtype=None, *, stream=None) -> array:
+    """An array of zeros with the shape of ``a`` and its dtype (or ``dtype``)."""
+    a = _like(a, "zeros_like")
+    d = a._dtype if dtype is None else dt.to_dtype(dtype)
+    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 0), ())
+
+
+def ones_like(a, /, dtype=None, *, stream=None) -> array:
+    """An array of ones with the shape of ``a`` and its dtype (or ``dtype``)."""
+    a = _like(a, "ones_like")
+    d = a._dtype if dtype is None else dt.to_dtype(dtype)
+    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 1), ())
+
+
+def empty_like(a, /, dtype=None, *, stream=None) -> array:
+    """An array with the shape of ``a`` whose values do not matter (zeros, as in MLX)."""
+    a = _like(a, "empty_like")
+    d = a._dtype if dtype is None else dt.to_dtype(dtype)
+    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 0), ())
+
+
+def full_like(a, vals, dtype=None, *, stream=None) -> array:
+    """An array with the shape of ``a`` filled with ``vals``.
+
+    Args:
+        a: the array whose shape (and, without ``dtype``, dtype) the result takes.
+        vals: a scalar, or an array that broadcasts to ``a.shape``.
+        dtype: the element type (``a.dtype`` when None).
+    """
+    a = _like(a, "full_like")
+    d = a._dtype if dtype is None else dt.to_dtype(dtype)
+    return _full(a._shape, vals, d, stream, "full_like")
+
+
+# -- ranges ------------------------------------------------------------------
+def _arange_length(start, stop, step) -> int:
+    n = math.ceil((stop - start) / step)
+    return max(n, 0)
+
+
+def _real_scalar(v, name, op):
+    if type(v) is int or type(v) is float:
+        return v
+    if not isinstance(v, bool):
+        if isinstance(v, numbers.Integral):
+            return int(v)
+        if isinstance(v, numbers.Real):
+            return float(v)
+    raise DtypeError(f"[{op}] {name} must be an int or a float, got {v!r}.")
+
+
+def arange(start=None, stop=None, step=None, dtype=None, *, stream=None) -> array:
+    """Evenly spaced values in ``[start, stop)``.
+
+    Called as ``arange(stop)``, ``arange(start, stop)`` or ``arange(start, stop, step)``.
+
+    Args:
+        start: first value (0 when only ``stop`` is given).
+        stop: end of the interval, excluded.
+        step: spacing (1 when None).
+        dtype: the element type; int32 when every argument is an int (int64 when
+            one does not fit int32), float32 otherwise.
+    Returns:
+        a 1-D array of ``ceil((stop - start) / step)`` values.
+    """
+    if stop is None:
+        if start is None:
+            raise DtypeError("[arange] needs at least stop.")
+        start, stop = 0, start
+    elif start is None:
+        start = 0
+    if step is None:
+        step = 1
+    start = _real_scalar(start, "start", "arange")
+    stop = _real_scalar(stop, "stop", "arange")
+    step = _real_scalar(step, "step", "arange")
+    if dtype is None:
+        ints = (start, stop, step)
+        if all(type(v) is int for v in ints):
+            d = dt.int32 if all(_INT32_MIN <= v <= _INT32_MAX for v in ints) else dt.int64
+        else:
+            d = dt.float32
+    else:
+        d = dt.to_dtype(dtype)
+    if d is dt.bool_:
+        raise DtypeError("[arange] bool is not supported for arange.")
+    if step == 0:
+        raise ShapeError("[arange] step must be nonzero.")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise ShapeError(f"[arange] Cannot compute the length of arange({start}, {stop}, {step}).")
+    n = _arange_length(start, stop, step)
+    return lazy((n,), d, Arange(to_stream(stream), start, stop, step, d), ())
+
+
+def linspace(start, stop, num=50, endpoint: bool = True, dtype=dt.float32, *,
+             stream=None) -> array:
+    """``num`` evenly spaced numbers over ``[start, stop]``.
+
+    Args:
+        start: first value.
+        stop: last value (included when ``endpoint``).
+        num: how many values (50 when None).
+        endpoint: whether ``stop`` is the last value.
+        dtype: the element type (float32 when None).
+    """
+    num = 50 if num is None else _int(num, "num", "linspace")
+    if num < 0:
+        raise ShapeError(f"[linspace] number of samples, {num}, must be non-negative.")
+    d = _dtype(dtype, dt.float32)
+    try:
+        start, stop = float(start), float(stop)
+    except (TypeError, ValueError):
+        raise DtypeError(f"[linspace] start and stop must be real numbers, got {start!r} "
+                         f"and {stop!r}.") from None
+    return lazy((num,), d, Linspace(to_stream(stream), start, stop, num, bool(endpoint), d), ())
+
+
+# -- matrices ----------------------------------------------------------------
+def eye(n: int, m: int | None = None, k: int = 0, dtype=dt.float32, *, stream=None) -> array:
+    """An ``n x m`` matrix with ones on the ``k``-th diagonal and zeros elsewhere.
+
+    Args:
+        n: number of rows.
+        m: number of columns (``n`` when None).
+        k: the diagonal: 0 the main one, positive above, negative below.
+        dtype: the element type (float32 when None).
+    """
+    n = _size(n, "n", "eye")
+    m = n if m is None else _size(m, "m", "eye")
+    k = _int(k, "k", "eye")
+    d = _dtype(dtype, dt.float32)
+    return lazy((n, m), d, Eye(to_stream(stream), n, m, k, d), ())
+
+
+def identity(n: int, dtype=dt.float32, *, stream=None) -> array:
+    """The ``n x n`` identity matrix."""
+    return eye(n, dtype=dtype, stream=stream)
+
+
+def tri(n: int, m: int | None = None, k: int = 0, dtype=None, *, stream=None) -> array:
+    """An ``n x m`` matrix with ones at and below the ``k``-th diagonal, zeros above.
+
+    Args:
+        n: number of rows.
+        m: number of columns (``n`` when None).
+        k: the diagonal: 0 the main one, positive above, negative below.
+        dtype: the element type (float32 when None).
+    """
+    n = _size(n, "n", "tri")
+    m = n if m is None else _size(m, "m", "tri")
+    k = _int(k, "k", "tri")
+    d = _dtype(dtype, dt.float32)
+    return lazy((n, m), d, Tri(to_stream(stream), n, m, k, d), ())
+
+
+def _triangle(x, k, op, stream):
+    x = as_array(x)
+    if x.ndim < 2:
+        raise ShapeError(f"[{op}] The array must be at least 2-D, got shape {x._shape}.")
+    k = _int(k, "k", op)
+    n, m = x._shape[-2:]
+    mask = tri(n, m, k if op == "tril" else k - 1, dt.bool_, stream=stream)
+    return x, mask, constant(0, x._dtype)
+
+
+def tril(x, k: int = 0, *, stream=None) -> array:
+    """``x`` with the elements above the ``k``-th diagonal of its last two axes set to zero."""
+    x, mask, zero = _triangle(x, k, "tril", stream)
+    return mx.where(mask, x, zero, stream=stream)
+
+
+def triu(x, k: int = 0, *, stream=None) -> array:
+    """``x`` with the elements below the ``k``-th diagonal of its last two axes set to zero."""
+    x, mask, zero = _triangle(x, k, "triu", stream)
+    return mx.where(mask, zero, x, stream=stream)
+
+
+def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -> tuple:
+    """Coordinate grids from coordinate arrays (flattened when not 1-D).
+
+    Args:
+        arrays: the coordinates along each axis.
+        sparse: return arrays of shape ``(1, ..., n_i, ..., 1)`` that broadcast
+            to the grid instead of the full grids.
+        indexing: ``"xy"`` (Cartesian: the first two axes swapped) or ``"ij"``
+            (matrix indexing).
+    Returns:
+        a tuple of arrays, one per input.
+    """
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"[meshgrid] Invalid indexing value {indexing!r}. "
+                         f"Valid values are 'xy' and 'ij'.")
+    arrays = [as_array(a) for a in arrays]
+    if len(arrays) < 2:
+        return tuple(mx.reshape(a, (a.size,), stream=stream) if a.ndim != 1 else a
+                     for a in arrays)
+    sizes = [a.size for a in arrays]
+    axes = list(range(len(arrays)))
+    if indexing == "xy":
+        axes[0], axes[1] = 1, 0
+    grid = [1] * len(arrays)
+    for ax, s in zip(axes, sizes):
+        grid[ax] = s
+    grid = tuple(grid)
+    out = []
+    for a, ax, s in zip(arrays, axes, sizes):
+        shape = [1] * len(arrays)
+        shape[ax] = s
+        g = mx.reshape(a, tuple(shape), stream=stream)
+        out.append(g if sparse else mx.broadcast_to(g, grid, stream=stream))
+    return tuple(out)
+
+
+PRIMITIVES = [Fill, Full, Arange, Linspace, Eye, Tri]
+
+OPS = {f.__name__: f for f in (
+    zeros, ones, full, zeros_like, ones_like, full_like, empty, empty_like, arange, linspace,
+    eye, identity, tri, tril, triu, meshgrid)}
 
 
 @hookimpl

@@ -4,16 +4,31 @@ Each operation is a small :class:`Primitive` subclass (its shape rule comes
 from its base: same shape for unary, the broadcast shape for binary) and an op
 function that applies MLX's dtype rules and adds the node. Kernels live in the
 backends (``lazyx.backends.cpu.kernels.elementwise``).
+
+The dtype rules of an op are data: the factories below turn a rule into a
+table ``{input dtype: (dtype to cast the inputs to, output dtype)}`` once, so
+a call costs one dictionary lookup. An entry that is ``None`` means the op is
+the identity for that dtype (``floor`` of an integer array returns the array);
+a string entry is the error message for a dtype the op refuses.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from lazyx import dtypes as dt
-from lazyx.arguments import binary_operands, broadcast_shapes, as_array, cast
-from lazyx.array import array, lazy
+from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
+from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
+from lazyx.errors import DtypeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+
+import lazyx.core as mx
+
+_PY_SCALARS = (bool, int, float, complex)
 
 
 # -- primitive families ------------------------------------------------------
@@ -35,6 +50,35 @@ class Binary(Primitive):
         return [broadcast_shapes(inputs[0].shape, inputs[1].shape)]
 
 
+class BinaryMulti(Binary):
+    """A binary element-wise primitive with several outputs of the broadcast shape."""
+
+    __slots__ = ()
+    n_outputs = 2
+
+    def output_shapes(self, inputs):
+        return [broadcast_shapes(inputs[0].shape, inputs[1].shape)] * self.n_outputs
+
+
+class Ternary(Primitive):
+    """An element-wise primitive of three inputs that broadcast."""
+
+    __slots__ = ()
+
+    def output_shapes(self, inputs):
+        return [broadcast_shapes(*(x.shape for x in inputs))]
+
+
+class BinaryAll(Primitive):
+    """Two inputs reduced to one boolean scalar (``allclose``, ``array_equal``)."""
+
+    __slots__ = ()
+
+    def output_shapes(self, inputs):
+        return [()]
+
+
+# -- unary primitives --------------------------------------------------------
 class AsType(Unary):
     __slots__ = ("dtype",)
 
@@ -43,7 +87,11 @@ class AsType(Unary):
         self.dtype = dtype
 
 
-class Exp(Unary):
+class Abs(Unary):
+    __slots__ = ()
+
+
+class Sign(Unary):
     __slots__ = ()
 
 
@@ -51,6 +99,181 @@ class Negative(Unary):
     __slots__ = ()
 
 
+class Exp(Unary):
+    __slots__ = ()
+
+
+class Expm1(Unary):
+    __slots__ = ()
+
+
+class Log(Unary):
+    __slots__ = ()
+
+
+class Log1p(Unary):
+    __slots__ = ()
+
+
+class Log2(Unary):
+    __slots__ = ()
+
+
+class Log10(Unary):
+    __slots__ = ()
+
+
+class Sqrt(Unary):
+    __slots__ = ()
+
+
+class Rsqrt(Unary):
+    __slots__ = ()
+
+
+class Square(Unary):
+    __slots__ = ()
+
+
+class Sin(Unary):
+    __slots__ = ()
+
+
+class Cos(Unary):
+    __slots__ = ()
+
+
+class Tan(Unary):
+    __slots__ = ()
+
+
+class ArcSin(Unary):
+    __slots__ = ()
+
+
+class ArcCos(Unary):
+    __slots__ = ()
+
+
+class ArcTan(Unary):
+    __slots__ = ()
+
+
+class Sinh(Unary):
+    __slots__ = ()
+
+
+class Cosh(Unary):
+    __slots__ = ()
+
+
+class Tanh(Unary):
+    __slots__ = ()
+
+
+class ArcSinh(Unary):
+    __slots__ = ()
+
+
+class ArcCosh(Unary):
+    __slots__ = ()
+
+
+class ArcTanh(Unary):
+    __slots__ = ()
+
+
+class Floor(Unary):
+    __slots__ = ()
+
+
+class Ceil(Unary):
+    __slots__ = ()
+
+
+class Trunc(Unary):
+    __slots__ = ()
+
+
+class Round(Unary):
+    __slots__ = ("decimals",)
+
+    def __init__(self, stream, decimals):
+        super().__init__(stream)
+        self.decimals = decimals
+
+
+class Erf(Unary):
+    __slots__ = ()
+
+
+class ErfInv(Unary):
+    __slots__ = ()
+
+
+class Sigmoid(Unary):
+    __slots__ = ()
+
+
+class LogicalNot(Unary):
+    __slots__ = ()
+
+
+class IsNan(Unary):
+    __slots__ = ()
+
+
+class IsInf(Unary):
+    __slots__ = ()
+
+
+class IsFinite(Unary):
+    __slots__ = ()
+
+
+class IsPosInf(Unary):
+    __slots__ = ()
+
+
+class IsNegInf(Unary):
+    __slots__ = ()
+
+
+class NanToNum(Unary):
+    """Replace NaN by ``nan``, +inf by ``posinf``, -inf by ``neginf`` (floats, resolved)."""
+
+    __slots__ = ("nan", "posinf", "neginf")
+
+    def __init__(self, stream, nan, posinf, neginf):
+        super().__init__(stream)
+        self.nan = nan
+        self.posinf = posinf
+        self.neginf = neginf
+
+
+class Conjugate(Unary):
+    __slots__ = ()
+
+
+class Real(Unary):
+    __slots__ = ()
+
+
+class Imag(Unary):
+    __slots__ = ()
+
+
+class BitwiseInvert(Unary):
+    __slots__ = ()
+
+
+class StopGradient(Unary):
+    """The identity, through which no gradient flows."""
+
+    __slots__ = ()
+
+
+# -- binary primitives -------------------------------------------------------
 class Add(Binary):
     __slots__ = ()
 
@@ -63,64 +286,714 @@ class Multiply(Binary):
     __slots__ = ()
 
 
-# -- op functions ------------------------------------------------------------
-def astype(a, dtype, /, *, stream=None) -> array:
-    """``a`` converted to ``dtype``."""
+class Divide(Binary):
+    __slots__ = ()
+
+
+class FloorDivide(Binary):
+    __slots__ = ()
+
+
+class Remainder(Binary):
+    __slots__ = ()
+
+
+class DivMod(BinaryMulti):
+    """Quotient and remainder of floor division: two outputs."""
+
+    __slots__ = ()
+
+
+class Power(Binary):
+    __slots__ = ()
+
+
+class Maximum(Binary):
+    __slots__ = ()
+
+
+class Minimum(Binary):
+    __slots__ = ()
+
+
+class LogAddExp(Binary):
+    __slots__ = ()
+
+
+class ArcTan2(Binary):
+    __slots__ = ()
+
+
+class Equal(Binary):
+    __slots__ = ()
+
+
+class NotEqual(Binary):
+    __slots__ = ()
+
+
+class Less(Binary):
+    __slots__ = ()
+
+
+class LessEqual(Binary):
+    __slots__ = ()
+
+
+class Greater(Binary):
+    __slots__ = ()
+
+
+class GreaterEqual(Binary):
+    __slots__ = ()
+
+
+class LogicalAnd(Binary):
+    __slots__ = ()
+
+
+class LogicalOr(Binary):
+    __slots__ = ()
+
+
+class LogicalXor(Binary):
+    __slots__ = ()
+
+
+class BitwiseAnd(Binary):
+    __slots__ = ()
+
+
+class BitwiseOr(Binary):
+    __slots__ = ()
+
+
+class BitwiseXor(Binary):
+    __slots__ = ()
+
+
+class LeftShift(Binary):
+    __slots__ = ()
+
+
+class RightShift(Binary):
+    __slots__ = ()
+
+
+class IsClose(Binary):
+    __slots__ = ("rtol", "atol", "equal_nan")
+
+    def __init__(self, stream, rtol, atol, equal_nan):
+        super().__init__(stream)
+        self.rtol = rtol
+        self.atol = atol
+        self.equal_nan = equal_nan
+
+
+class AllClose(BinaryAll):
+    __slots__ = ("rtol", "atol", "equal_nan")
+
+    def __init__(self, stream, rtol, atol, equal_nan):
+        super().__init__(stream)
+        self.rtol = rtol
+        self.atol = atol
+        self.equal_nan = equal_nan
+
+
+class ArrayEqual(BinaryAll):
+    """Whether two arrays of one shape hold equal values."""
+
+    __slots__ = ("equal_nan",)
+
+    def __init__(self, stream, equal_nan):
+        super().__init__(stream)
+        self.equal_nan = equal_nan
+
+
+class Select(Ternary):
+    """``where(condition, x, y)``."""
+
+    __slots__ = ()
+
+
+# -- dtype rules -------------------------------------------------------------
+# A rule maps a dtype to (cast to, output dtype), None (identity) or an error
+# message. ``{op}`` in a message is replaced by the op's name.
+_f32 = dt.float32
+
+
+def _same(d):
+    return (None, d)
+
+
+def _float(d):
+    """Integers and bool compute in float32; floats and complex keep their dtype."""
+    return (_f32, _f32) if d.kind in "biu" else (None, d)
+
+
+def _float_real(d):
+    if d.kind == "c":
+        return "[{op}] Not supported for complex64."
+    return _float(d)
+
+
+def _to_bool(d):
+    return (None, dt.bool_)
+
+
+def _table(rule, name):
+    out = {}
+    for d in dt.ALL_DTYPES:
+        r = rule(d)
+        out[d] = r.format(op=name) if isinstance(r, str) else r
+    return out
+
+
+def _unary(cls, name, rule, doc):
+    table = _table(rule, name)
+    _lazy, _ts, _array = lazy, to_stream, array
+
+    def op(a, /, *, stream=None) -> array:
+        if type(a) is not _array:
+            a = _input(a)
+        r = table[a._dtype]
+        if type(r) is tuple:
+            c, o = r
+            if c is not None:
+                a = cast(a, c, stream)
+            return _lazy(a._shape, o, cls(_ts(stream)), (a,))
+        if r is None:
+            return a
+        raise DtypeError(r)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+def _input(a) -> array:
+    """``a`` as an array; Python values become fresh arrays (never a shared cached
+    constant), since ops that are the identity for a dtype hand their input back."""
+    return a if isinstance(a, array) else array(a)
+
+
+def _cast_operand(x, d, stream):
+    # Constants from Python scalars are cast eagerly: no node for a literal.
+    if x._dtype is d:
+        return x
+    if not x._shape and x._data is not None and type(x._data) is np.ndarray:
+        return from_buffer(x._data.astype(d.np), d)
+    return cast(x, d, stream)
+
+
+def _binary(cls, name, rule, doc):
+    table = _table(rule, name)
+    _lazy, _ts, _bo = lazy, to_stream, binary_operands
+
+    def op(a, b, /, *, stream=None) -> array:
+        a, b, d = _bo(a, b, stream)
+        r = table[d]
+        if type(r) is not tuple:
+            raise DtypeError(r)
+        c, o = r
+        if c is not None:
+            a = _cast_operand(a, c, stream)
+            b = _cast_operand(b, c, stream)
+        sa, sb = a._shape, b._shape
+        return _lazy(sa if sa == sb else broadcast_shapes(sa, sb), o, cls(_ts(stream)), (a, b))
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
+
+
+# -- unary rules -------------------------------------------------------------
+def _abs_rule(d):
+    if d.kind in "bu":
+        return None
+    return (None, _f32) if d.kind == "c" else (None, d)
+
+
+def _sign_rule(d):
+    return None if d.kind == "b" else (None, d)
+
+
+def _negative_rule(d):
+    return "[{op}] Not supported for bool, use logical_not instead." if d.kind == "b" else (None, d)
+
+
+def _integral_identity(d):
+    """floor, ceil, trunc: the identity on integers, refused on complex."""
+    if d.kind in "biu":
+        return None
+    if d.kind == "c":
+        return "[{op}] Not supported for complex64."
+    return (None, d)
+
+
+def _square_rule(d):
+    return None if d.kind == "b" else (None, d)
+
+
+def _bitwise_unary_rule(d):
+    if d.kind in "fc":
+        return f"[{{op}}] Bitwise inversion needs an integer or bool array, got {d.name}."
+    return (None, d)
+
+
+def _keep_or_identity(kinds):
+    def rule(d):
+        return (None, d) if d.kind in kinds else None
+    return rule
+
+
+def _complex_to_real(d):
+    return (None, _f32) if d.kind == "c" else None
+
+
+# -- unary op functions ------------------------------------------------------
+abs = _unary(Abs, "abs", _abs_rule,
+             "Element-wise absolute value. Complex inputs give float32 magnitudes.")
+sign = _unary(Sign, "sign", _sign_rule,
+              "Element-wise sign: -1, 0 or 1 (``a / |a|`` for complex inputs).")
+negative = _unary(Negative, "negative", _negative_rule, "Element-wise negation: ``-a``.")
+exp = _unary(Exp, "exp", _float,
+             "Element-wise exponential: ``e ** a``. Integer inputs give float32.")
+expm1 = _unary(Expm1, "expm1", _float_real,
+               "Element-wise ``exp(a) - 1``, accurate for small ``a``.")
+log = _unary(Log, "log", _float, "Element-wise natural logarithm.")
+log1p = _unary(Log1p, "log1p", _float,
+               "Element-wise ``log(1 + a)``, accurate for small ``a``.")
+log2 = _unary(Log2, "log2", _float, "Element-wise base-2 logarithm.")
+log10 = _unary(Log10, "log10", _float, "Element-wise base-10 logarithm.")
+sqrt = _unary(Sqrt, "sqrt", _float, "Element-wise square root.")
+rsqrt = _unary(Rsqrt, "rsqrt", _float, "Element-wise reciprocal square root: ``1 / sqrt(a)``.")
+square = _unary(Square, "square", _square_rule, "Element-wise square: ``a * a``.")
+sin = _unary(Sin, "sin", _float, "Element-wise sine.")
+cos = _unary(Cos, "cos", _float, "Element-wise cosine.")
+tan = _unary(Tan, "tan", _float, "Element-wise tangent.")
+arcsin = _unary(ArcSin, "arcsin", _float, "Element-wise inverse sine.")
+arccos = _unary(ArcCos, "arccos", _float, "Element-wise inverse cosine.")
+arctan = _unary(ArcTan, "arctan", _float, "Element-wise inverse tangent.")
+sinh = _unary(Sinh, "sinh", _float, "Element-wise hyperbolic sine.")
+cosh = _unary(Cosh, "cosh", _float, "Element-wise hyperbolic cosine.")
+tanh = _unary(Tanh, "tanh", _float, "Element-wise hyperbolic tangent.")
+arcsinh = _unary(ArcSinh, "arcsinh", _float, "Element-wise inverse hyperbolic sine.")
+arccosh = _unary(ArcCosh, "arccosh", _float, "Element-wise inverse hyperbolic cosine.")
+arctanh = _unary(ArcTanh, "arctanh", _float, "Element-wise inverse hyperbolic tangent.")
+floor = _unary(Floor, "floor", _integral_identity,
+               "Element-wise floor. Integer and bool arrays are returned unchanged.")
+ceil = _unary(Ceil, "ceil", _integral_identity,
+              "Element-wise ceiling. Integer and bool arrays are returned unchanged.")
+trunc = _unary(Trunc, "trunc", _integral_identity,
+               "Element-wise truncation toward zero. Integer and bool arrays are returned unchanged.")
+erf = _unary(Erf, "erf", _float_real, "Element-wise error function.")
+erfinv = _unary(ErfInv, "erfinv", _float_real,
+                "Element-wise inverse of :func:`erf`; ``erfinv(erf(x)) == x``.")
+sigmoid = _unary(Sigmoid, "sigmoid", _float_real,
+                 "Element-wise logistic sigmoid: ``1 / (1 + exp(-a))``.")
+logical_not = _unary(LogicalNot, "logical_not", _to_bool,
+                     "Element-wise logical not; the result is bool.")
+isnan = _unary(IsNan, "isnan", _to_bool, "Boolean array: where ``a`` is NaN.")
+isinf = _unary(IsInf, "isinf", _to_bool, "Boolean array: where ``a`` is +inf or -inf.")
+isfinite = _unary(IsFinite, "isfinite", _to_bool,
+                  "Boolean array: where ``a`` is neither infinite nor NaN.")
+isposinf = _unary(IsPosInf, "isposinf", _to_bool, "Boolean array: where ``a`` is +inf.")
+isneginf = _unary(IsNegInf, "isneginf", _to_bool, "Boolean array: where ``a`` is -inf.")
+conjugate = _unary(Conjugate, "conjugate", _keep_or_identity("c"),
+                   "Element-wise complex conjugate; real arrays are returned unchanged.")
+conj = _unary(Conjugate, "conj", _keep_or_identity("c"),
+              "Element-wise complex conjugate; real arrays are returned unchanged.")
+bitwise_invert = _unary(BitwiseInvert, "bitwise_invert", _bitwise_unary_rule,
+                        "Element-wise bitwise inversion ``~a`` of an integer or bool array.")
+stop_gradient = _unary(StopGradient, "stop_gradient", _same,
+                       "The identity, but no gradient flows through it.")
+_real = _unary(Real, "real", _complex_to_real, "")
+
+
+def real(a, /, *, stream=None) -> array:
+    """The real part of ``a``: float32 for complex64, ``a`` itself for real arrays."""
+    return _real(a, stream=stream)
+
+
+def imag(a, /, *, stream=None) -> array:
+    """The imaginary part of ``a``: float32 for complex64, zeros for real arrays."""
     a = as_array(a)
+    if a._dtype.kind == "c":
+        return lazy(a._shape, _f32, Imag(to_stream(stream)), (a,))
+    return mx.zeros_like(a, stream=stream)
+
+
+def positive(a, /, *, stream=None) -> array:
+    """Element-wise ``+a``: the array itself."""
+    return _input(a)
+
+
+def reciprocal(a, /, *, stream=None) -> array:
+    """Element-wise ``1 / a``. Integer inputs give float32."""
+    return divide(1, a, stream=stream)
+
+
+_DEG_PER_RAD = 180.0 / math.pi
+
+
+def degrees(a, /, *, stream=None) -> array:
+    """Convert angles from radians to degrees. Integer inputs give float32."""
+    return multiply(a, _DEG_PER_RAD, stream=stream)
+
+
+def radians(a, /, *, stream=None) -> array:
+    """Convert angles from degrees to radians. Integer inputs give float32."""
+    return multiply(a, 1.0 / _DEG_PER_RAD, stream=stream)
+
+
+def astype(a, /, dtype, *, stream=None) -> array:
+    """``a`` converted to ``dtype`` (``a`` itself when it already has it).
+
+    Complex values convert to real types by dropping the imaginary part;
+    floats convert to integers by truncation toward zero.
+    """
+    a = _input(a)
     dtype = dt.to_dtype(dtype)
     if a._dtype is dtype:
         return a
     return lazy(a._shape, dtype, AsType(to_stream(stream), dtype), (a,))
 
 
-def _unary(cls, doc, float_only=False):
-    def op(a, /, *, stream=None) -> array:
-        a = as_array(a)
-        d = a._dtype
-        if float_only and d.kind in "biu":
-            d = dt.float32
-            a = cast(a, d, stream)
-        return lazy(a._shape, d, cls(to_stream(stream)), (a,))
-    op.__doc__ = doc
-    return op
+def round(a, /, decimals: int = 0, *, stream=None) -> array:
+    """Round to the given number of decimals (halves to even, like NumPy).
+
+    Args:
+        a: input array.
+        decimals: number of decimal places; negative values round to tens,
+            hundreds ... Integer arrays are unchanged unless ``decimals < 0``.
+    Returns:
+        an array of ``a``'s dtype.
+    """
+    a = _input(a)
+    try:
+        decimals = int(decimals.__index__())
+    except AttributeError:
+        raise DtypeError(f"[round] decimals must be an integer, got {decimals!r}.") from None
+    k = a._dtype.kind
+    if k == "b" or (k in "ui" and decimals >= 0):
+        return a
+    return lazy(a._shape, a._dtype, Round(to_stream(stream), decimals), (a,))
 
 
-def _binary(cls, doc):
-    def op(a, b, /, *, stream=None) -> array:
-        a, b, d = binary_operands(a, b, stream)
-        sa, sb = a._shape, b._shape
-        return lazy(sa if sa == sb else broadcast_shapes(sa, sb), d,
-                    cls(to_stream(stream)), (a, b))
-    op.__doc__ = doc
-    return op
+def nan_to_num(a, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None,
+               *, stream=None) -> array:
+    """Replace NaN and infinities by finite numbers.
+
+    Args:
+        a: input array.
+        nan: the value that replaces NaN.
+        posinf: the value that replaces +inf (default: the largest finite value of the dtype).
+        neginf: the value that replaces -inf (default: the lowest finite value of the dtype).
+    Returns:
+        an array of ``a``'s dtype; integer and bool arrays are returned unchanged.
+    """
+    a = _input(a)
+    d = a._dtype
+    if d.kind in "biu":
+        return a
+    if d.kind == "c":
+        raise DtypeError("[nan_to_num] Not supported for complex64.")
+    big = dt.finfo(d).max
+    vals = []
+    for name, v, default in (("nan", nan, 0.0), ("posinf", posinf, big), ("neginf", neginf, -big)):
+        try:
+            vals.append(float(default if v is None else v))
+        except (TypeError, ValueError):
+            raise DtypeError(f"[nan_to_num] {name} must be a real number, got {v!r}.") from None
+    return lazy(a._shape, d, NanToNum(to_stream(stream), *vals), (a,))
 
 
-exp = _unary(Exp, "Element-wise exponential: ``e ** a``. Integer inputs give float32.",
-             float_only=True)
-negative = _unary(Negative, "Element-wise negation: ``-a``.")
-add = _binary(Add, "Element-wise addition with broadcasting: ``a + b``.")
-subtract = _binary(Subtract, "Element-wise subtraction with broadcasting: ``a - b``.")
-multiply = _binary(Multiply, "Element-wise multiplication with broadcasting: ``a * b``.")
+# -- binary rules ------------------------------------------------------------
+def _divide_rule(d):
+    return (_f32, _f32) if d.kind in "biu" else (None, d)
 
 
+def _no_complex(d):
+    return "[{op}] Not supported for complex64." if d.kind == "c" else (None, d)
+
+
+def _float_no_complex(d):
+    return "[{op}] Not supported for complex64." if d.kind == "c" else _divide_rule(d)
+
+
+def _integer_only(d):
+    if d.kind in "fc":
+        return f"[{{op}}] Bitwise operations need integer or bool arrays, got {d.name}."
+    return (None, d)
+
+
+def _shift_rule(d):
+    # MLX shifts booleans as uint8.
+    if d.kind == "b":
+        return (dt.uint8, dt.uint8)
+    return _integer_only(d)
+
+
+# -- binary op functions -----------------------------------------------------
+add = _binary(Add, "add", _same, "Element-wise addition with broadcasting: ``a + b``.")
+subtract = _binary(Subtract, "subtract", _same,
+                   "Element-wise subtraction with broadcasting: ``a - b``.")
+multiply = _binary(Multiply, "multiply", _same,
+                   "Element-wise multiplication with broadcasting: ``a * b``.")
+divide = _binary(Divide, "divide", _divide_rule,
+                 "Element-wise true division with broadcasting: ``a / b``. "
+                 "Integer inputs give float32.")
+floor_divide = _binary(FloorDivide, "floor_divide", _same,
+                       "Element-wise floor division ``a // b``; integer inputs stay integer "
+                       "(division by zero gives 0).")
+remainder = _binary(Remainder, "remainder", _no_complex,
+                    "Element-wise remainder of floor division ``a % b`` with the sign of ``b`` "
+                    "(for integers, ``a % 0 == a``).")
+power = _binary(Power, "power", _same,
+                "Element-wise power ``a ** b`` with broadcasting. For integers a negative "
+                "exponent gives 0.")
+maximum = _binary(Maximum, "maximum", _same,
+                  "Element-wise maximum with broadcasting; NaN propagates.")
+minimum = _binary(Minimum, "minimum", _same,
+                  "Element-wise minimum with broadcasting; NaN propagates.")
+logaddexp = _binary(LogAddExp, "logaddexp", _divide_rule,
+                    "Element-wise ``log(exp(a) + exp(b))``, computed without overflow.")
+arctan2 = _binary(ArcTan2, "arctan2", _float_no_complex,
+                  "Element-wise inverse tangent of ``a / b`` using the signs of both to "
+                  "choose the quadrant.")
+equal = _binary(Equal, "equal", _to_bool, "Element-wise equality ``a == b``; the result is bool.")
+not_equal = _binary(NotEqual, "not_equal", _to_bool,
+                    "Element-wise inequality ``a != b``; the result is bool.")
+less = _binary(Less, "less", _to_bool, "Element-wise ``a < b``; the result is bool.")
+less_equal = _binary(LessEqual, "less_equal", _to_bool,
+                     "Element-wise ``a <= b``; the result is bool.")
+greater = _binary(Greater, "greater", _to_bool, "Element-wise ``a > b``; the result is bool.")
+greater_equal = _binary(GreaterEqual, "greater_equal", _to_bool,
+                        "Element-wise ``a >= b``; the result is bool.")
+logical_and = _binary(LogicalAnd, "logical_and", _to_bool,
+                      "Element-wise logical and; the result is bool.")
+logical_or = _binary(LogicalOr, "logical_or", _to_bool,
+                     "Element-wise logical or; the result is bool.")
+logical_xor = _binary(LogicalXor, "logical_xor", _to_bool,
+                      "Element-wise logical exclusive or; the result is bool.")
+bitwise_and = _binary(BitwiseAnd, "bitwise_and", _integer_only,
+                      "Element-wise bitwise and ``a & b`` of integer or bool arrays.")
+bitwise_or = _binary(BitwiseOr, "bitwise_or", _integer_only,
+                     "Element-wise bitwise or ``a | b`` of integer or bool arrays.")
+bitwise_xor = _binary(BitwiseXor, "bitwise_xor", _integer_only,
+                      "Element-wise bitwise exclusive or ``a ^ b`` of integer or bool arrays.")
+left_shift = _binary(LeftShift, "left_shift", _shift_rule,
+                     "Element-wise left shift ``a << b`` of integer arrays (bool shifts as uint8).")
+right_shift = _binary(RightShift, "right_shift", _shift_rule,
+                      "Element-wise right shift ``a >> b`` of integer arrays (bool shifts as uint8).")
+
+_divmod_table = _table(_no_complex, "divmod")
+
+
+def divmod(a, b, /, *, stream=None) -> list[array]:
+    """Element-wise quotient and remainder: ``(a // b, a % b)`` in one operation.
+
+    Returns:
+        a list of two arrays of the broadcast shape and the promoted dtype.
+    """
+    a, b, d = binary_operands(a, b, stream)
+    if type(_divmod_table[d]) is not tuple:
+        raise DtypeError(_divmod_table[d])
+    shape = broadcast_shapes(a._shape, b._shape)
+    return lazy_multi((shape, shape), (d, d), DivMod(to_stream(stream)), (a, b))
+
+
+def _tolerances(op, rtol, atol, equal_nan):
+    try:
+        return float(rtol), float(atol), bool(equal_nan)
+    except (TypeError, ValueError):
+        raise DtypeError(f"[{op}] rtol and atol must be real numbers, got {rtol!r} and {atol!r}.") \
+            from None
+
+
+def isclose(a, b, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False,
+            stream=None) -> array:
+    """Element-wise ``|a - b| <= atol + rtol * |b|`` with broadcasting.
+
+    Infinities are close only to the same infinity; NaNs are close to each
+    other only when ``equal_nan``.
+
+    Returns:
+        a bool array of the broadcast shape.
+    """
+    r, t, n = _tolerances("isclose", rtol, atol, equal_nan)
+    a, b, _ = binary_operands(a, b, stream)
+    shape = broadcast_shapes(a._shape, b._shape)
+    return lazy(shape, dt.bool_, IsClose(to_stream(stream), r, t, n), (a, b))
+
+
+def allclose(a, b, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False,
+             stream=None) -> array:
+    """Whether every element of ``a`` is close to the one of ``b`` (see :func:`isclose`).
+
+    Returns:
+        a 0-d bool array.
+    """
+    r, t, n = _tolerances("allclose", rtol, atol, equal_nan)
+    a, b, _ = binary_operands(a, b, stream)
+    broadcast_shapes(a._shape, b._shape)
+    return lazy((), dt.bool_, AllClose(to_stream(stream), r, t, n), (a, b))
+
+
+def array_equal(a, b, /, *, equal_nan: bool = False, stream=None) -> array:
+    """Whether ``a`` and ``b`` have the same shape and equal values.
+
+    The dtypes need not match. NaNs compare equal only when ``equal_nan``.
+
+    Returns:
+        a 0-d bool array.
+    """
+    a, b, _ = binary_operands(a, b, stream)
+    if a._shape != b._shape:
+        return array(False)
+    return lazy((), dt.bool_, ArrayEqual(to_stream(stream), bool(equal_nan)), (a, b))
+
+
+def where(condition, x, y, /, *, stream=None) -> array:
+    """Select from ``x`` where ``condition`` is true and from ``y`` elsewhere.
+
+    All three broadcast; ``x`` and ``y`` are promoted to a common dtype
+    (Python scalars are weakly typed).
+
+    Returns:
+        an array of the broadcast shape and the promoted dtype of ``x`` and ``y``.
+    """
+    c = as_array(condition)
+    if c._dtype is not dt.bool_:
+        c = _cast_operand(c, dt.bool_, stream)
+    x, y, d = binary_operands(x, y, stream)
+    shape = broadcast_shapes(c._shape, x._shape, y._shape)
+    return lazy(shape, d, Select(to_stream(stream)), (c, x, y))
+
+
+def clip(a, /, a_min, a_max, *, stream=None) -> array:
+    """Clip the values of ``a`` to ``[a_min, a_max]``.
+
+    Args:
+        a: input array.
+        a_min: lower bound (scalar or array, broadcast), or None for no lower bound.
+        a_max: upper bound (scalar or array, broadcast), or None for no upper bound.
+    Returns:
+        the clipped array, of the promoted dtype of ``a`` and the bounds.
+    """
+    if a_min is None and a_max is None:
+        raise ValueError("[clip] At most one of a_min and a_max may be None.")
+    if a_min is not None:
+        a = maximum(a, a_min, stream=stream)
+    if a_max is not None:
+        a = minimum(a, a_max, stream=stream)
+    return a
+
+
+# -- operators ---------------------------------------------------------------
 def _reflect(fn):
     def r(a, b):
         return fn(b, a)
+    r.__name__ = f"r{fn.__name__}"
     return r
 
 
-PRIMITIVES = [AsType, Exp, Negative, Add, Subtract, Multiply]
+def _operand_ok(b) -> bool:
+    return type(b) is array or isinstance(b, _PY_SCALARS + (array, np.ndarray, np.generic))
 
-OPS = {
-    "astype": astype, "exp": exp, "negative": negative,
-    "add": add, "subtract": subtract, "multiply": multiply,
-    "array.astype": astype,
-    "array.__add__": add, "array.__radd__": _reflect(add),
-    "array.__sub__": subtract, "array.__rsub__": _reflect(subtract),
-    "array.__mul__": multiply, "array.__rmul__": _reflect(multiply),
-    "array.__neg__": negative,
-    "array.exp": exp,
+
+def _compare(fn):
+    # == and != with objects that are not array-like fall back to Python's
+    # identity comparison (so `x == None` and `x in [None, "a"]` work).
+    def op(a, b):
+        if type(b) is array or _operand_ok(b):
+            return fn(a, b)
+        return NotImplemented
+    op.__name__ = f"__{fn.__name__}__"
+    return op
+
+
+def _array_hash(self):
+    return id(self)
+
+
+def _divmod_op(a, b):
+    return tuple(divmod(a, b))
+
+
+def _rdivmod_op(a, b):
+    return tuple(divmod(b, a))
+
+
+def _round_method(self, decimals: int = 0, *, stream=None) -> array:
+    return round(self, decimals, stream=stream)
+
+
+_BINARY_OPERATORS = {
+    "add": add, "sub": subtract, "mul": multiply, "truediv": divide, "div": divide,
+    "floordiv": floor_divide, "mod": remainder, "pow": power, "and": bitwise_and,
+    "or": bitwise_or, "xor": bitwise_xor, "lshift": left_shift, "rshift": right_shift,
 }
+
+
+def _operator_entries() -> dict:
+    ops = {}
+    for name, fn in _BINARY_OPERATORS.items():
+        ops[f"array.__{name}__"] = fn
+        ops[f"array.__r{name}__"] = _reflect(fn)
+    ops.update({
+        "array.__eq__": _compare(equal), "array.__ne__": _compare(not_equal),
+        "array.__lt__": less, "array.__le__": less_equal,
+        "array.__gt__": greater, "array.__ge__": greater_equal,
+        "array.__neg__": negative, "array.__pos__": positive, "array.__abs__": abs,
+        "array.__invert__": bitwise_invert,
+        "array.__divmod__": _divmod_op, "array.__rdivmod__": _rdivmod_op,
+        "array.__hash__": _array_hash,
+    })
+    return ops
+
+
+PRIMITIVES = [
+    AsType, Abs, Sign, Negative, Exp, Expm1, Log, Log1p, Log2, Log10, Sqrt, Rsqrt, Square,
+    Sin, Cos, Tan, ArcSin, ArcCos, ArcTan, Sinh, Cosh, Tanh, ArcSinh, ArcCosh, ArcTanh,
+    Floor, Ceil, Trunc, Round, Erf, ErfInv, Sigmoid, LogicalNot, IsNan, IsInf, IsFinite,
+    IsPosInf, IsNegInf, NanToNum, Conjugate, Real, Imag, BitwiseInvert, StopGradient,
+    Add, Subtract, Multiply, Divide, FloorDivide, Remainder, DivMod, Power, Maximum, Minimum,
+    LogAddExp, ArcTan2, Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual, LogicalAnd,
+    LogicalOr, LogicalXor, BitwiseAnd, BitwiseOr, BitwiseXor, LeftShift, RightShift, IsClose,
+    AllClose, ArrayEqual, Select,
+]
+
+_PUBLIC = [
+    astype, abs, sign, negative, positive, exp, expm1, log, log1p, log2, log10, sqrt, rsqrt,
+    square, reciprocal, sin, cos, tan, arcsin, arccos, arctan, sinh, cosh, tanh, arcsinh,
+    arccosh, arctanh, floor, ceil, round, trunc, erf, erfinv, sigmoid, logical_not, isnan,
+    isinf, isfinite, isposinf, isneginf, nan_to_num, conj, conjugate, real, imag, degrees,
+    radians, bitwise_invert, stop_gradient, add, subtract, multiply, divide, floor_divide,
+    remainder, divmod, power, maximum, minimum, logaddexp, arctan2, equal, not_equal, less,
+    less_equal, greater, greater_equal, logical_and, logical_or, logical_xor, bitwise_and,
+    bitwise_or, bitwise_xor, left_shift, right_shift, where, clip, isclose, allclose,
+    array_equal,
+]
+
+# MLX's other spellings of the same functions.
+_ALIASES = {
+    "acos": arccos, "acosh": arccosh, "asin": arcsin, "asinh": arcsinh, "atan": arctan,
+    "atan2": arctan2, "atanh": arctanh, "pow": power,
+    "bitwise_left_shift": left_shift, "bitwise_right_shift": right_shift,
+}
+
+_METHODS = {
+    "astype": astype, "abs": abs, "square": square, "sqrt": sqrt, "rsqrt": rsqrt,
+    "reciprocal": reciprocal, "exp": exp, "log": log, "log1p": log1p, "log2": log2,
+    "log10": log10, "sin": sin, "cos": cos, "round": _round_method, "conj": conj,
+}
+
+OPS = {f.__name__: f for f in _PUBLIC}
+OPS.update(_ALIASES)
+OPS.update({f"array.{k}": v for k, v in _METHODS.items()})
+OPS["array.real"] = property(real, doc="The real part of the array.")
+OPS["array.imag"] = property(imag, doc="The imaginary part of the array.")
+OPS.update(_operator_entries())
 
 
 @hookimpl

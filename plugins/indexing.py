@@ -1,9 +1,635 @@
-"""The indexing op pack (to be filled)."""
+"""Indexing op pack: ``array.__getitem__``, ``array.__setitem__``, ``array.at`` and
+``take``, ``take_along_axis``, ``put_along_axis``.
 
+An index is parsed once into *entries*, one per input axis plus one per new axis:
+
+* ``("slice", start, stop, step)``: normalised as ``slice.indices`` gives it (``stop``
+  is ``-1`` for a negative step that runs through index 0);
+* ``("int", i)``: a non-negative integer, checked against the axis at the call;
+* ``("new",)``: a new axis of size 1 (``None``);
+* ``("array", k)``: the integer index array held by the node's input ``k``.
+
+Basic indexing (ints, slices, ``None``, ``...``) becomes a :class:`Slice` (a NumPy view)
+plus a reshape when ints or ``None`` change the dimensions; assigning to it a
+:class:`SliceUpdate`. An index with integer arrays (lazyx arrays, lists, NumPy
+arrays) follows NumPy's advanced-indexing rules and becomes a :class:`Gather`;
+assigning to it, or any ``a.at[...]`` update, a :class:`Scatter`. Boolean masks are
+refused, as MLX refuses them.
+
+``__setitem__`` is functional, as in MLX: ``a[idx] = v`` makes the Python object ``a``
+refer to a new node; other references to the old value keep it. Integer indices out of
+range raise :class:`IndexOutOfRangeError` at the call when the index is a Python int or
+host data (list, NumPy array), and at evaluation when it is a lazyx array (where MLX
+reads or writes out of bounds).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+import lazyx.core as mx
+from lazyx import dtypes as dt
+from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
+from lazyx.array import _become, array, from_buffer, lazy
+from lazyx.device import to_stream
+from lazyx.errors import AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 
-PRIMITIVES = []
-OPS = {}
+_int = int
+_index = operator.index
+_PY_SCALARS = (bool, int, float, complex)
+_FULL = slice(None)
+
+
+# -- entries --------------------------------------------------------------------
+def _key_template(entries: tuple) -> tuple:
+    """The NumPy index for ``entries`` with ``None`` where arrays go, and their places."""
+    tmpl = []
+    places = []
+    for pos, e in enumerate(entries):
+        tag = e[0]
+        if tag == "slice":
+            tmpl.append(slice(e[1], e[2] if e[2] >= 0 else None, e[3]))
+        elif tag == "int":
+            tmpl.append(e[1])
+        elif tag == "new":
+            tmpl.append(None)
+        else:
+            tmpl.append(None)
+            places.append((pos, e[1]))
+    return tuple(tmpl), tuple(places)
+
+
+def _indexed_shape(entries: tuple, index_shapes) -> tuple:
+    """The shape NumPy gives ``x[entries]`` (``index_shapes`` by input position)."""
+    dims = []
+    adv = []
+    first = -1
+    last_adv = -2
+    adjacent = True
+    for pos, e in enumerate(entries):
+        tag = e[0]
+        if tag == "slice":
+            dims.append(len(range(e[1], e[2], e[3])))
+        elif tag == "new":
+            dims.append(1)
+        else:
+            if first < 0:
+                first = len(dims)
+            elif last_adv != pos - 1:
+                adjacent = False
+            last_adv = pos
+            adv.append(() if tag == "int" else index_shapes[e[1]])
+    if first < 0:
+        return tuple(dims)
+    try:
+        b = broadcast_shapes(*adv)
+    except ShapeError:
+        raise ShapeError(f"Index arrays of shapes {', '.join(str(s) for s in adv if s)} cannot "
+                         f"be broadcast together.") from None
+    if adjacent:
+        return tuple(dims[:first]) + tuple(b) + tuple(dims[first:])
+    return tuple(b) + tuple(dims)
+
+
+def _out_of_range(e: IndexError, prim) -> IndexOutOfRangeError:
+    return IndexOutOfRangeError(f"[{prim.name}] {e} (an index array holds a position outside "
+                                f"the array).")
+
+
+# -- primitives ------------------------------------------------------------------
+class Slice(Primitive):
+    """``a[start:end:stride]`` along every axis (a view); ``end`` is ``-1`` where a
+    negative stride runs through index 0."""
+
+    __slots__ = ("start_indices", "end_indices", "strides", "_key")
+
+    def __init__(self, stream, start_indices: tuple, end_indices: tuple, strides: tuple):
+        super().__init__(stream)
+        self.start_indices = start_indices
+        self.end_indices = end_indices
+        self.strides = strides
+        self._key = tuple(slice(b, e if e >= 0 else None, s)
+                          for b, e, s in zip(start_indices, end_indices, strides))
+
+    def output_shapes(self, inputs):
+        return [tuple(len(range(b, e, s)) for b, e, s in
+                      zip(self.start_indices, self.end_indices, self.strides))]
+
+
+class SliceUpdate(Primitive):
+    """``a`` with ``a[start:end:stride]`` replaced by the update (second input), which
+    broadcasts to the slice."""
+
+    __slots__ = ("start_indices", "end_indices", "strides", "_key")
+
+    def __init__(self, stream, start_indices: tuple, end_indices: tuple, strides: tuple):
+        super().__init__(stream)
+        self.start_indices = start_indices
+        self.end_indices = end_indices
+        self.strides = strides
+        self._key = tuple(slice(b, e if e >= 0 else None, s)
+                          for b, e, s in zip(start_indices, end_indices, strides))
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class Gather(Primitive):
+    """``a[index]`` with NumPy's advanced-indexing rules; ``entries`` (see the module
+    docstring) name the index arrays by input position."""
+
+    __slots__ = ("entries", "_template", "_places", "_take_axis", "_take_rest")
+
+    def __init__(self, stream, entries: tuple):
+        super().__init__(stream)
+        self.entries = entries
+        self._template, self._places = _key_template(entries)
+        # One index array among whole-axis slices is np.take, NumPy's fastest gather;
+        # the kernel confirms the slices span their axes (their stops are the sizes).
+        self._take_axis = -1
+        self._take_rest = None
+        if len(self._places) == 1:
+            pos = self._places[0][0]
+            rest = [e for i, e in enumerate(entries) if i != pos]
+            if all(e[0] == "slice" and e[1] == 0 and e[3] == 1 for e in rest):
+                self._take_axis = pos
+                self._take_rest = tuple(e[2] for e in rest)
+
+    def output_shapes(self, inputs):
+        return [_indexed_shape(self.entries, [x.shape for x in inputs])]
+
+
+class Scatter(Primitive):
+    """``a`` updated at ``a[index]`` (NumPy's indexing rules) with the update (second
+    input). ``reduce`` is ``None`` (assign; with repeated positions one write wins) or
+    ``"add" "prod" "max" "min"``, which combine repeated positions (``np.add.at``)."""
+
+    __slots__ = ("entries", "reduce", "_template", "_places")
+
+    def __init__(self, stream, entries: tuple, reduce):
+        super().__init__(stream)
+        self.entries = entries
+        self.reduce = reduce
+        self._template, self._places = _key_template(entries)
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class GatherAxis(Primitive):
+    """``take_along_axis``: the elements of ``a`` at the positions of ``indices`` (second
+    input, same dimension as ``a``) along ``axis``; other axes broadcast."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, stream, axis: int):
+        super().__init__(stream)
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        return [_along_shape(inputs[0].shape, inputs[1].shape, self.axis)]
+
+
+class ScatterAxis(Primitive):
+    """``put_along_axis``: ``a`` with the values (third input) written at the positions
+    of ``indices`` (second input) along ``axis``; indices and values broadcast together
+    and with ``a``'s other axes."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, stream, axis: int):
+        super().__init__(stream)
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+def _along_shape(a_shape: tuple, i_shape: tuple, axis: int) -> tuple:
+    out = []
+    for d, (n, m) in enumerate(zip(a_shape, i_shape)):
+        if d == axis:
+            out.append(m)
+        elif n == m or m == 1:
+            out.append(n)
+        elif n == 1:
+            out.append(m)
+        else:
+            raise ShapeError(f"[take_along_axis] Indices of shape {i_shape} do not broadcast "
+                             f"with an array of shape {a_shape} outside axis {axis}.")
+    return tuple(out)
+
+
+# -- parsing an index --------------------------------------------------------------
+def _bad_type(k) -> DtypeError:
+    if isinstance(k, (bool, np.bool_)) or (isinstance(k, array) and k._dtype is dt.bool_):
+        return DtypeError("Boolean indices are not supported (as in MLX); use integer "
+                          "indices, or mx.where for masking.")
+    return DtypeError(f"Cannot index an array with a value of type {type(k).__name__}: use "
+                      f"ints, slices, None, ..., or integer arrays.")
+
+
+def _host_index(k, n: int, axis: int) -> array:
+    """A list or NumPy index as an evaluated integer array, checked against the axis."""
+    try:
+        x = np.asarray(k)
+    except (ValueError, TypeError):
+        raise DtypeError(f"Cannot index with the ragged or mixed sequence {k!r}.") from None
+    kind = x.dtype.kind
+    if kind == "b":
+        raise _bad_type(True)
+    if kind not in "iu":
+        if x.size == 0:
+            x = x.astype(np.int32)
+        else:
+            raise DtypeError(f"Indices must be integers, got dtype {x.dtype} from {type(k).__name__}.")
+    if x.size and (x.min() < -n or x.max() >= n):
+        bad = x[(x < -n) | (x >= n)].reshape(-1)[0]
+        raise IndexOutOfRangeError(f"Index {bad} is out of bounds for axis {axis} with size {n}.")
+    x = np.array(x, copy=True)
+    if x.dtype not in dt._BY_NUMPY:
+        x = x.astype(np.int64)
+    return from_buffer(x)
+
+
+def _parse(shape: tuple, key, first: int):
+    """``(entries, index_arrays)`` for ``key`` on an array of ``shape``.
+
+    ``index_arrays`` is empty for a basic index; otherwise entry ``("array", k)`` names
+    ``index_arrays[k - first]``: the node's inputs are the array (and, for a scatter,
+    the update) followed by the index arrays from input ``first`` on.
+    """
+    if type(key) is not tuple:
+        key = (key,)
+    nd = len(shape)
+    consumed = 0
+    ellipsis = -1
+    for i, k in enumerate(key):
+        if k is None:
+            continue
+        if k is Ellipsis:
+            if ellipsis >= 0:
+                raise AxisError("An index can only have a single ellipsis (...).")
+            ellipsis = i
+            continue
+        consumed += 1
+    if consumed > nd:
+        raise AxisError(f"Too many indices ({consumed}) for an array of dimension {nd}.")
+    entries = []
+    arrays = []
+    ax = 0
+    for i, k in enumerate(key):
+        tk = type(k)
+        if tk is slice:
+            n = shape[ax]
+            b, e, s = k.indices(n)
+            if s < 0 and e < 0:
+                e = -1
+            entries.append(("slice", b, e, s))
+            ax += 1
+        elif tk is _int:
+            n = shape[ax]
+            j = k + n if k < 0 else k
+            if j < 0 or j >= n:
+                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
+            entries.append(("int", j))
+            ax += 1
+        elif k is None:
+            entries.append(("new",))
+        elif k is Ellipsis:
+            for _ in range(nd - consumed):
+                entries.append(("slice", 0, shape[ax], 1))
+                ax += 1
+        elif isinstance(k, array):
+            if k._dtype.kind not in "iu":
+                if k._dtype is dt.bool_:
+                    raise _bad_type(k)
+                raise DtypeError(f"Indices must be integers, got an array of dtype {k._dtype.name}.")
+            arrays.append(k)
+            entries.append(("array", len(arrays) + first - 1))
+            ax += 1
+        elif isinstance(k, np.integer):
+            n = shape[ax]
+            k = _int(k)
+            j = k + n if k < 0 else k
+            if j < 0 or j >= n:
+                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
+            entries.append(("int", j))
+            ax += 1
+        elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(k, np.bool_):
+            arrays.append(_host_index(k, shape[ax], ax))
+            entries.append(("array", len(arrays) + first - 1))
+            ax += 1
+        else:
+            raise _bad_type(k)
+    while ax < nd:
+        entries.append(("slice", 0, shape[ax], 1))
+        ax += 1
+    return tuple(entries), arrays
+
+
+def _basic_parts(shape: tuple, entries: tuple):
+    """``(starts, ends, strides, sliced_shape, result_shape, is_full)`` of a basic index."""
+    starts, ends, strides, sliced, result = [], [], [], [], []
+    full = True
+    ax = 0
+    for e in entries:
+        tag = e[0]
+        if tag == "slice":
+            b, en, s = e[1], e[2], e[3]
+            m = len(range(b, en, s))
+            if s != 1 or b != 0 or m != shape[ax]:
+                full = False
+            starts.append(b)
+            ends.append(en)
+            strides.append(s)
+            sliced.append(m)
+            result.append(m)
+            ax += 1
+        elif tag == "int":
+            full = False
+            starts.append(e[1])
+            ends.append(e[1] + 1)
+            strides.append(1)
+            sliced.append(1)
+            ax += 1
+        else:
+            result.append(1)
+    return tuple(starts), tuple(ends), tuple(strides), tuple(sliced), tuple(result), full
+
+
+# -- __getitem__ -----------------------------------------------------------------
+def _getitem(self, key) -> array:
+    """``self[key]``: basic indexing gives a view, integer arrays a gather (NumPy's rules)."""
+    shape = self._shape
+    if type(key) is _int and shape:
+        # The commonest index (a row): one Slice and one reshape.
+        n = shape[0]
+        j = key + n if key < 0 else key
+        if j < 0 or j >= n:
+            raise IndexOutOfRangeError(f"Index {key} is out of bounds for axis 0 with size {n}.")
+        rest = shape[1:]
+        nd = len(rest)
+        x = lazy((1,) + rest, self._dtype,
+                 Slice(to_stream(None), (j,) + (0,) * nd, (j + 1,) + rest, (1,) * (nd + 1)), (self,))
+        return mx.reshape(x, rest)
+    entries, arrays = _parse(shape, key, 1)
+    stream = to_stream(None)
+    if arrays:
+        ins = (self,) + tuple(arrays)
+        out_shape = _indexed_shape(entries, [x._shape for x in ins])
+        return lazy(out_shape, self._dtype, Gather(stream, entries), ins)
+    starts, ends, strides, sliced, result, full = _basic_parts(shape, entries)
+    x = self
+    if not full:
+        x = lazy(sliced, self._dtype, Slice(stream, starts, ends, strides), (self,))
+    if result != sliced or x is self:
+        x = mx.reshape(x, result)
+    return x
+
+
+# -- updates -------------------------------------------------------------------------
+def _update_value(a: array, value, target: tuple, stream, transform=None) -> array:
+    """``value`` as an array of ``a``'s dtype that broadcasts to ``target`` (leading
+    size-1 dimensions beyond ``target``'s are dropped, as NumPy assignment does)."""
+    if transform is None and isinstance(value, _PY_SCALARS):
+        return constant(value, a._dtype)
+    v = value if type(value) is array else as_array(value)
+    if transform is not None:
+        v = transform(v)
+    v = cast(v, a._dtype, stream)
+    vs = v._shape
+    nt = len(target)
+    if len(vs) > nt:
+        if any(d != 1 for d in vs[:len(vs) - nt]):
+            raise ShapeError(f"Cannot broadcast an update of shape {vs} to the indexed shape {target}.")
+        v = mx.reshape(v, vs[len(vs) - nt:], stream=stream)
+        vs = v._shape
+    off = nt - len(vs)
+    for i, d in enumerate(vs):
+        if d != 1 and d != target[off + i]:
+            raise ShapeError(f"Cannot broadcast an update of shape {vs} to the indexed shape {target}.")
+    return v
+
+
+def _scatter(a: array, key, value, reduce, transform=None) -> array:
+    """A new array: ``a`` with ``value`` written (or combined by ``reduce``) at ``a[key]``."""
+    a = a if type(a) is array else as_array(a)
+    stream = to_stream(None)
+    entries, arrays = _parse(a._shape, key, 2)
+    if arrays:
+        ins_shapes = [a._shape, ()] + [x._shape for x in arrays]
+        target = _indexed_shape(entries, ins_shapes)
+    else:
+        starts, ends, strides, sliced, target, full = _basic_parts(a._shape, entries)
+    v = _update_value(a, value, target, stream, transform)
+    if arrays or reduce is not None:
+        return lazy(a._shape, a._dtype, Scatter(stream, entries, reduce), (a, v) + tuple(arrays))
+    # A basic assignment: the update reshaped to the slice's dimensions (ints kept as 1).
+    vs = (1,) * (len(target) - len(v._shape)) + v._shape
+    upd_shape = []
+    t = 0
+    for e in entries:
+        tag = e[0]
+        if tag == "slice":
+            upd_shape.append(vs[t])
+            t += 1
+        elif tag == "new":
+            t += 1
+        else:
+            upd_shape.append(1)
+    upd_shape = tuple(upd_shape)
+    if upd_shape != v._shape:
+        v = mx.reshape(v, upd_shape, stream=stream)
+    return lazy(a._shape, a._dtype, SliceUpdate(stream, starts, ends, strides), (a, v))
+
+
+def _setitem(self, key, value) -> None:
+    """``self[key] = value``: ``self`` now refers to a new array with the update
+    (other references to the previous value are unchanged). With repeated positions,
+    one of the writes wins."""
+    _become(self, _scatter(self, key, value, None))
+
+
+class ArrayAt:
+    """``a.at[index]``: updates at an index that combine repeated positions.
+
+    Plain assignment ``a[idx] += v`` reads and writes once per position, so repeated
+    positions keep one update; ``a = a.at[idx].add(v)`` accumulates them all.
+
+    Example:
+        >>> a = array([0.0, 0.0])
+        >>> a.at[array([0, 0, 1])].add(1.0)
+        array([2, 1], dtype=float32)
+    """
+
+    __slots__ = ("_array", "_key")
+
+    def __init__(self, a: array, key=None):
+        self._array = a
+        self._key = key
+
+    def __getitem__(self, key) -> "ArrayAt":
+        return ArrayAt(self._array, key)
+
+    def _apply(self, value, reduce, transform=None):
+        if self._key is None:
+            raise IndexOutOfRangeError("Index the updater first: a.at[index].add(value).")
+        return _scatter(self._array, self._key, value, reduce, transform)
+
+    def add(self, value) -> array:
+        """``a`` with ``value`` added at the index (repeated positions accumulate)."""
+        return self._apply(value, "add")
+
+    def subtract(self, value) -> array:
+        """``a`` with ``value`` subtracted at the index (repeated positions accumulate)."""
+        return self._apply(value, "add", lambda v: mx.negative(cast(v, self._array._dtype)))
+
+    def multiply(self, value) -> array:
+        """``a`` multiplied by ``value`` at the index (repeated positions accumulate)."""
+        return self._apply(value, "prod")
+
+    def divide(self, value) -> array:
+        """``a`` multiplied by ``1 / value`` at the index (in ``a``'s dtype, as in MLX)."""
+        return self._apply(value, "prod", mx.reciprocal)
+
+    def maximum(self, value) -> array:
+        """``a`` replaced by the maximum of it and ``value`` at the index."""
+        return self._apply(value, "max")
+
+    def minimum(self, value) -> array:
+        """``a`` replaced by the minimum of it and ``value`` at the index."""
+        return self._apply(value, "min")
+
+    def __repr__(self) -> str:
+        return f"<ArrayAt of an array of shape {self._array._shape}>"
+
+
+def _at(self) -> ArrayAt:
+    """Used to apply updates at indices: ``a.at[idx].add(v)``, ``subtract``,
+    ``multiply``, ``divide``, ``maximum``, ``minimum``. Unlike ``a[idx] += v``, every
+    update to a repeated position is applied."""
+    return ArrayAt(self)
+
+
+# -- take / take_along_axis / put_along_axis ---------------------------------------------
+def _int_index(x):
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    if type(x) is _int or isinstance(x, np.integer):
+        return _int(x)
+    return None
+
+
+def take(a, /, indices, axis=None, *, stream=None) -> array:
+    """Take elements along an axis.
+
+    Args:
+        a (array): Input array.
+        indices (int or array): Integer positions (negative ones count from the end).
+        axis (int, optional): The axis; default the flattened array.
+
+    Returns:
+        array: ``a`` with the axis replaced by the shape of ``indices``.
+    """
+    a = a if type(a) is array else as_array(a)
+    if axis is None:
+        a = mx.reshape(a, (-1,), stream=stream)
+        ax = 0
+    else:
+        ax = normalize_axis(axis, len(a._shape), "[take] axis")
+    key = (_FULL,) * ax
+    i = _int_index(indices)
+    if i is not None:
+        key += (i,)
+    elif isinstance(indices, array):
+        key += (indices,)
+    elif isinstance(indices, (list, tuple, np.ndarray)):
+        key += (indices,)
+    else:
+        raise _bad_type(indices)
+    if stream is None:
+        return _getitem(a, key)
+    with mx.stream(stream):
+        return _getitem(a, key)
+
+
+def _along_indices(indices) -> array:
+    x = indices if isinstance(indices, array) else as_array(indices)
+    if x._dtype.kind not in "iu":
+        raise _bad_type(x) if x._dtype is dt.bool_ else DtypeError(
+            f"Indices must be integers, got dtype {x._dtype.name}.")
+    return x
+
+
+def take_along_axis(a, /, indices, axis=-1, *, stream=None) -> array:
+    """Take values along an axis at the specified indices.
+
+    Args:
+        a (array): Input array.
+        indices (array): Integer positions, of the same dimension as ``a``; the other
+            axes broadcast with ``a``'s.
+        axis (int, optional): The axis; ``None`` takes from the flattened array (then
+            ``indices`` is 1-D). Default: ``-1``.
+
+    Returns:
+        array: The values.
+    """
+    a = a if type(a) is array else as_array(a)
+    idx = _along_indices(indices)
+    if axis is None:
+        a = mx.reshape(a, (-1,), stream=stream)
+        ax = 0
+    else:
+        ax = normalize_axis(axis, len(a._shape), "[take_along_axis] axis")
+    if len(idx._shape) != len(a._shape):
+        raise ShapeError(f"[take_along_axis] Indices of shape {idx._shape} must have the "
+                         f"dimension of the array of shape {a._shape}.")
+    shape = _along_shape(a._shape, idx._shape, ax)
+    return lazy(shape, a._dtype, GatherAxis(to_stream(stream), ax), (a, idx))
+
+
+def put_along_axis(a, /, indices, values, axis=None, *, stream=None) -> array:
+    """Put values along an axis at the specified indices.
+
+    Args:
+        a (array): Destination array.
+        indices (array): Integer positions, of the same dimension as ``a``.
+        values (array): The values (cast to ``a``'s dtype); they broadcast with
+            ``indices``, and both with ``a`` outside ``axis``.
+        axis (int, optional): The axis; ``None`` puts into the flattened array.
+
+    Returns:
+        array: A new array with ``a``'s shape and the values written.
+    """
+    a = a if type(a) is array else as_array(a)
+    idx = _along_indices(indices)
+    v = cast(values if isinstance(values, array) else as_array(values), a._dtype, stream)
+    if axis is None:
+        out = put_along_axis(mx.reshape(a, (-1,), stream=stream), idx, v, 0, stream=stream)
+        return mx.reshape(out, a._shape, stream=stream)
+    ax = normalize_axis(axis, len(a._shape), "[put_along_axis] axis")
+    if len(idx._shape) != len(a._shape):
+        raise ShapeError(f"[put_along_axis] Indices of shape {idx._shape} must have the "
+                         f"dimension of the array of shape {a._shape}.")
+    b = mx.broadcast_shapes(idx._shape, v._shape)
+    if len(b) != len(a._shape) or any(d != ax and b[d] not in (1, a._shape[d]) for d in range(len(b))):
+        raise ShapeError(f"[put_along_axis] Indices of shape {idx._shape} and values of shape "
+                         f"{v._shape} do not fit an array of shape {a._shape} along axis {ax}.")
+    return lazy(a._shape, a._dtype, ScatterAxis(to_stream(stream), ax), (a, idx, v))
+
+
+PRIMITIVES = [Slice, SliceUpdate, Gather, Scatter, GatherAxis, ScatterAxis]
+
+OPS = {
+    "take": take, "take_along_axis": take_along_axis, "put_along_axis": put_along_axis,
+    "array.__getitem__": _getitem, "array.__setitem__": _setitem,
+    "array.at": property(_at),
+}
 
 
 @hookimpl

@@ -1,9 +1,358 @@
-"""The products op pack (to be filled)."""
+"""Products op pack: matrix products and softmax.
 
+``Matmul``, ``AddMM`` and ``Softmax`` are primitives; ``inner``, ``outer``,
+``tensordot`` and ``kron`` are compositions of ``matmul``/``multiply`` with
+reshapes and transposes, as in MLX. Matrix products accept only inexact
+dtypes (MLX refuses integer and boolean ``matmul``); ``outer`` and ``kron``
+multiply element-wise and so accept every dtype. Kernels live in
+``lazyx.backends.cpu.kernels.products``.
+"""
+
+from __future__ import annotations
+
+import lazyx.core as mx
+from lazyx import dtypes as dt
+from lazyx.arguments import as_array, broadcast_shapes, cast, normalize_axes, normalize_axis
+from lazyx.array import array, lazy
+from lazyx.device import to_stream
+from lazyx.errors import AxisError, DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 
-PRIMITIVES = []
-OPS = {}
+_PROMOTE = dt._PROMOTE
+
+
+# -- shape and dtype rules -----------------------------------------------------
+def matmul_shape(sa: tuple, sb: tuple, op: str = "matmul") -> tuple:
+    """The output shape of ``matmul`` for operand shapes ``sa`` and ``sb``.
+
+    A 1-D first operand acts as a row vector and a 1-D second operand as a
+    column vector; the added dimension is removed from the result. Batch
+    dimensions (all but the last two) broadcast.
+    """
+    na, nb = len(sa), len(sb)
+    if na == 0 or nb == 0:
+        raise ShapeError(f"[{op}] Got a 0-dimensional input (shapes {sa} and {sb}); "
+                         f"inputs must have at least one dimension.")
+    k_a = sa[-1]
+    k_b = sb[-2] if nb > 1 else sb[0]
+    if k_a != k_b:
+        raise ShapeError(f"[{op}] The last dimension of the first input (shape {sa}) must "
+                         f"match the second to last dimension of the second input "
+                         f"(shape {sb}).")
+    if na <= 2 and nb <= 2:
+        batch = ()
+    else:
+        ba, bb = sa[:-2], sb[:-2]
+        if ba == bb or not bb:
+            batch = ba
+        elif not ba:
+            batch = bb
+        else:
+            try:
+                batch = broadcast_shapes(ba, bb)
+            except ShapeError:
+                raise ShapeError(f"[{op}] The batch dimensions of shapes {sa} and {sb} "
+                                 f"cannot be broadcast.") from None
+    return batch + sa[-2:-1] + sb[-1:] if nb > 1 else batch + sa[-2:-1]
+
+
+def _inexact(d: dt.Dtype, op: str, *dtypes) -> None:
+    if d.kind not in "fc":
+        names = ", ".join(x.name for x in dtypes)
+        raise DtypeError(f"[{op}] Only floating point and complex types are supported, "
+                         f"but inputs of dtypes {names} give {d.name}.")
+
+
+def _operands(a, b, op: str):
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    da, db = a._dtype, b._dtype
+    d = da if da is db else _PROMOTE[(da, db)]
+    if d.kind not in "fc":
+        _inexact(d, op, da, db)
+    return a, b, d
+
+
+# -- primitives ----------------------------------------------------------------
+class Matmul(Primitive):
+    """Matrix product with NumPy's ``matmul`` semantics (1-D operands, batch broadcast)."""
+
+    __slots__ = ()
+
+    def output_shapes(self, inputs):
+        return [matmul_shape(inputs[0].shape, inputs[1].shape)]
+
+
+class AddMM(Primitive):
+    """``alpha * (a @ b) + beta * c``; inputs are ``(c, a, b)``."""
+
+    __slots__ = ("alpha", "beta")
+
+    def __init__(self, stream, alpha: float, beta: float):
+        super().__init__(stream)
+        self.alpha = alpha
+        self.beta = beta
+
+    def output_shapes(self, inputs):
+        return [matmul_shape(inputs[1].shape, inputs[2].shape, "addmm")]
+
+
+class Softmax(Primitive):
+    """``exp(x - max) / sum(exp(x - max))`` over ``axes``; same shape and dtype as ``x``.
+
+    ``precise`` asks a kernel for half-precision inputs to accumulate in float32.
+    """
+
+    __slots__ = ("axes", "precise")
+
+    def __init__(self, stream, axes: tuple[int, ...], precise: bool):
+        super().__init__(stream)
+        self.axes = axes
+        self.precise = precise
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+# -- op functions --------------------------------------------------------------
+def matmul(a, b, /, *, stream=None) -> array:
+    """Matrix product of ``a`` and ``b``.
+
+    A 1-D ``a`` is treated as a row vector and a 1-D ``b`` as a column vector
+    (the extra dimension is removed from the result). With more than two
+    dimensions the leading (batch) dimensions broadcast.
+
+    Args:
+        a (array): input array of at least one dimension.
+        b (array): input array of at least one dimension.
+
+    Returns:
+        array: the product, of the promoted (floating point or complex) dtype.
+
+    Example:
+        >>> matmul(ones((2, 3)), ones((3,))).shape
+        (2,)
+    """
+    a, b, d = _operands(a, b, "matmul")
+    shape = matmul_shape(a._shape, b._shape)
+    if a._dtype is not d:
+        a = cast(a, d, stream)
+    if b._dtype is not d:
+        b = cast(b, d, stream)
+    return lazy(shape, d, Matmul(to_stream(stream)), (a, b))
+
+
+def addmm(c, a, b, /, alpha: float = 1.0, beta: float = 1.0, *, stream=None) -> array:
+    """Matrix product with an added term: ``alpha * (a @ b) + beta * c``.
+
+    Args:
+        c (array): the added array; it must broadcast to the shape of ``a @ b``.
+        a (array): first factor of the product.
+        b (array): second factor of the product.
+        alpha (float): scale of the product. Default: ``1.0``.
+        beta (float): scale of ``c``. Default: ``1.0``.
+
+    Returns:
+        array: the result, of the promoted (floating point or complex) dtype.
+    """
+    c = c if type(c) is array else as_array(c)
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    d = _PROMOTE[(_PROMOTE[(c._dtype, a._dtype)], b._dtype)]
+    _inexact(d, "addmm", c._dtype, a._dtype, b._dtype)
+    shape = matmul_shape(a._shape, b._shape, "addmm")
+    sc = c._shape
+    if sc != shape:
+        try:
+            ok = broadcast_shapes(sc, shape) == shape
+        except ShapeError:
+            ok = False
+        if not ok:
+            raise ShapeError(f"[addmm] c with shape {sc} must broadcast to the output shape "
+                             f"{shape} of a @ b (shapes {a._shape} and {b._shape}).")
+    inputs = (cast(c, d, stream), cast(a, d, stream), cast(b, d, stream))
+    return lazy(shape, d, AddMM(to_stream(stream), float(alpha), float(beta)), inputs)
+
+
+def softmax(a, /, axis=None, *, precise: bool = False, stream=None) -> array:
+    """Softmax of ``a`` over the given axes: ``exp(a) / sum(exp(a), axis)``.
+
+    The computation subtracts the maximum first, so large values do not
+    overflow. Integer and boolean inputs give float32.
+
+    Args:
+        a (array): input array.
+        axis (int or list(int), optional): axis or axes to normalise over;
+            ``None`` (the default) uses all axes.
+        precise (bool): for half-precision inputs, accumulate in float32.
+            Default: ``False``.
+
+    Returns:
+        array: the softmax of ``a``, with ``a``'s shape.
+    """
+    a = a if type(a) is array else as_array(a)
+    axes = normalize_axes(axis, len(a._shape))
+    if a._dtype.kind in "biu":
+        a = cast(a, dt.float32, stream)
+    return lazy(a._shape, a._dtype, Softmax(to_stream(stream), axes, bool(precise)), (a,))
+
+
+def _prod(dims) -> int:
+    n = 1
+    for s in dims:
+        n *= s
+    return n
+
+
+def _reshape(x: array, shape: tuple, stream) -> array:
+    return x if x._shape == shape else mx.reshape(x, shape, stream=stream)
+
+
+def _contract(a: array, b: array, axes_a: list, axes_b: list, op: str, stream) -> array:
+    """``tensordot`` over already normalised axes: transpose, reshape, one matmul."""
+    sa, sb = a._shape, b._shape
+    for i, j in zip(axes_a, axes_b):
+        if sa[i] != sb[j]:
+            raise ShapeError(f"[{op}] a and b must have the same size on the contracted "
+                             f"axes: axis {i} of shape {sa} and axis {j} of shape {sb}.")
+    da, db = a._dtype, b._dtype
+    d = da if da is db else _PROMOTE[(da, db)]
+    _inexact(d, op, da, db)
+    free_a = [i for i in range(len(sa)) if i not in axes_a]
+    free_b = [j for j in range(len(sb)) if j not in axes_b]
+    out_shape = tuple(sa[i] for i in free_a) + tuple(sb[j] for j in free_b)
+    perm_a = free_a + list(axes_a)
+    perm_b = list(axes_b) + free_b
+    if perm_a != list(range(len(sa))):
+        a = mx.transpose(a, perm_a, stream=stream)
+    if perm_b != list(range(len(sb))):
+        b = mx.transpose(b, perm_b, stream=stream)
+    k = _prod(sa[i] for i in axes_a)
+    a2 = _reshape(a, (_prod(sa[i] for i in free_a), k), stream)
+    b2 = _reshape(b, (k, _prod(sb[j] for j in free_b)), stream)
+    return _reshape(matmul(a2, b2, stream=stream), out_shape, stream)
+
+
+def tensordot(a, b, /, axes=2, *, stream=None) -> array:
+    """Tensor contraction of ``a`` and ``b`` over the given axes.
+
+    Args:
+        a (array): input array.
+        b (array): input array.
+        axes (int or list(list(int))): an integer ``n`` contracts the last ``n``
+            axes of ``a`` with the first ``n`` axes of ``b``; a pair of lists
+            names the axes of ``a`` and of ``b`` to contract. Default: ``2``.
+
+    Returns:
+        array: the contraction; its shape is the free axes of ``a`` followed
+        by the free axes of ``b``.
+    """
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    na, nb = len(a._shape), len(b._shape)
+    if isinstance(axes, (list, tuple)):
+        if len(axes) != 2 or not all(isinstance(x, (list, tuple)) for x in axes):
+            raise AxisError(f"[tensordot] axes must be an int or a pair of lists of ints, "
+                            f"got {axes!r}.")
+        if len(axes[0]) != len(axes[1]):
+            raise AxisError(f"[tensordot] The two lists of axes must have the same length, "
+                            f"got {axes!r}.")
+        axes_a = [normalize_axis(i, na, "axis of a") for i in axes[0]]
+        axes_b = [normalize_axis(j, nb, "axis of b") for j in axes[1]]
+        if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
+            raise AxisError(f"[tensordot] Repeated axis in {axes!r}.")
+    else:
+        if isinstance(axes, bool) or not hasattr(axes, "__index__"):
+            raise AxisError(f"[tensordot] axes must be an int or a pair of lists of ints, "
+                            f"got {axes!r}.")
+        n = axes.__index__()
+        if n < 0:
+            raise AxisError(f"[tensordot] axes must be non-negative, got {n}.")
+        if n > na or n > nb:
+            raise AxisError(f"[tensordot] Cannot contract {n} axes of arrays with shapes "
+                            f"{a._shape} and {b._shape}.")
+        axes_a = list(range(na - n, na))
+        axes_b = list(range(n))
+    return _contract(a, b, axes_a, axes_b, "tensordot", stream)
+
+
+def inner(a, b, /, *, stream=None) -> array:
+    """Inner product over the last axes of ``a`` and ``b``.
+
+    For 1-D arrays this is the dot product; a 0-d input multiplies
+    element-wise.
+
+    Args:
+        a (array): input array.
+        b (array): input array.
+
+    Returns:
+        array: the inner product, of shape ``a.shape[:-1] + b.shape[:-1]``.
+    """
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    na, nb = len(a._shape), len(b._shape)
+    if na == 0 or nb == 0:
+        return mx.multiply(a, b, stream=stream)
+    if a._shape[-1] != b._shape[-1]:
+        raise ShapeError(f"[inner] a and b must have the same last dimension, got shapes "
+                         f"{a._shape} and {b._shape}.")
+    return _contract(a, b, [na - 1], [nb - 1], "inner", stream)
+
+
+def outer(a, b, /, *, stream=None) -> array:
+    """Outer product of ``a`` and ``b``; inputs of several dimensions are flattened.
+
+    Args:
+        a (array): input array.
+        b (array): input array.
+
+    Returns:
+        array: the products ``a[i] * b[j]``, of shape ``(a.size, b.size)``.
+    """
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    return mx.multiply(_reshape(a, (a.size, 1), stream), _reshape(b, (b.size,), stream),
+                       stream=stream)
+
+
+def kron(a, b, *, stream=None) -> array:
+    """Kronecker product of ``a`` and ``b``.
+
+    The shapes are aligned on the right (the one with fewer dimensions gets
+    leading ones); the result has shape ``a.shape[i] * b.shape[i]``.
+
+    Args:
+        a (array): input array.
+        b (array): input array.
+
+    Returns:
+        array: the Kronecker product.
+    """
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    n = max(len(a._shape), len(b._shape))
+    sa = (1,) * (n - len(a._shape)) + a._shape
+    sb = (1,) * (n - len(b._shape)) + b._shape
+    # Interleave the axes: a varies on the even ones, b on the odd ones.
+    a = _reshape(a, tuple(x for s in sa for x in (s, 1)), stream)
+    b = _reshape(b, tuple(x for s in sb for x in (1, s)), stream)
+    return _reshape(mx.multiply(a, b, stream=stream), tuple(x * y for x, y in zip(sa, sb)),
+                    stream)
+
+
+def _rmatmul(a, b):
+    return matmul(b, a)
+
+
+PRIMITIVES = [Matmul, AddMM, Softmax]
+
+OPS = {
+    "matmul": matmul, "addmm": addmm, "inner": inner, "outer": outer,
+    "tensordot": tensordot, "kron": kron, "softmax": softmax,
+    "array.__matmul__": matmul, "array.__rmatmul__": _rmatmul,
+}
 
 
 @hookimpl

@@ -1,9 +1,1377 @@
-"""The shapes op pack (to be filled)."""
+"""Shapes and views op pack: reshaping, transposing, broadcasting, joining, splitting,
+padding, diagonals, strided and typed views, and dynamic slices.
 
+Each distinct operation is a small :class:`Primitive` (``Reshape``, ``Transpose``,
+``BroadcastTo``, ``Concatenate``, ``Split``, ``Pad``, ...); the rest are compositions
+as in MLX (``stack`` is ``expand_dims`` + ``concatenate``, ``tile`` and ``repeat`` are
+``reshape`` + ``broadcast_to`` + ``reshape``, ``roll`` is slices + ``concatenate``,
+``flip`` is a strided slice, ``trace`` is ``diagonal`` + ``sum``). The NumPy kernels
+(``lazyx.backends.cpu.kernels.shapes``) return views of their input where NumPy can,
+so most of these ops copy nothing.
+
+No op here returns its input object itself: ``__setitem__`` rebinds the Python array it
+is called on, so an op that handed back its input would let ``b[0] = 1`` change ``a``.
+A no-op gives a fresh array sharing the data (:func:`_alias`).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+import lazyx.core as mx
+from lazyx import dtypes as dt
+from lazyx.arguments import as_array, broadcast_shapes as _broadcast_shapes, cast, normalize_axis
+from lazyx.array import array, from_buffer, lazy, lazy_multi
+from lazyx.device import to_stream
+from lazyx.errors import AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 
-PRIMITIVES = []
-OPS = {}
+_int = int
+_tuple = tuple
+_index = operator.index
+_py_slice = slice
+
+
+# -- primitives ----------------------------------------------------------------
+class Reshape(Primitive):
+    """``a`` with the same elements in row-major order and a new ``shape``."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, stream, shape: tuple):
+        super().__init__(stream)
+        self.shape = shape
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+
+class Flatten(Primitive):
+    """Axes ``start_axis..end_axis`` (non-negative, inclusive) merged into one."""
+
+    __slots__ = ("start_axis", "end_axis")
+
+    def __init__(self, stream, start_axis: int, end_axis: int):
+        super().__init__(stream)
+        self.start_axis = start_axis
+        self.end_axis = end_axis
+
+    def output_shapes(self, inputs):
+        return [_flattened(inputs[0].shape, self.start_axis, self.end_axis)]
+
+
+class Unflatten(Primitive):
+    """Axis ``axis`` split into the dimensions ``shape`` (their product is its size)."""
+
+    __slots__ = ("axis", "shape")
+
+    def __init__(self, stream, axis: int, shape: tuple):
+        super().__init__(stream)
+        self.axis = axis
+        self.shape = shape
+
+    def output_shapes(self, inputs):
+        s = inputs[0].shape
+        return [s[:self.axis] + self.shape + s[self.axis + 1:]]
+
+
+class Squeeze(Primitive):
+    """``a`` without its size-1 axes ``axes`` (sorted, non-negative)."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, stream, axes: tuple):
+        super().__init__(stream)
+        self.axes = axes
+
+    def output_shapes(self, inputs):
+        axes = self.axes
+        return [tuple(d for i, d in enumerate(inputs[0].shape) if i not in axes)]
+
+
+class ExpandDims(Primitive):
+    """``a`` with new size-1 axes at output positions ``axes`` (sorted, non-negative)."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, stream, axes: tuple):
+        super().__init__(stream)
+        self.axes = axes
+
+    def output_shapes(self, inputs):
+        return [_expanded(inputs[0].shape, self.axes)]
+
+
+class Transpose(Primitive):
+    """``a`` with its axes permuted: output axis ``i`` is input axis ``axes[i]``."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, stream, axes: tuple):
+        super().__init__(stream)
+        self.axes = axes
+
+    def output_shapes(self, inputs):
+        s = inputs[0].shape
+        return [tuple(s[i] for i in self.axes)]
+
+
+class BroadcastTo(Primitive):
+    """``a`` broadcast to ``shape`` (NumPy's rules)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, stream, shape: tuple):
+        super().__init__(stream)
+        self.shape = shape
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+
+class Concatenate(Primitive):
+    """The inputs (one dtype, equal shapes but along ``axis``) joined along ``axis``."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, stream, axis: int):
+        super().__init__(stream)
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        ax = self.axis
+        s = inputs[0].shape
+        return [s[:ax] + (sum(x.shape[ax] for x in inputs),) + s[ax + 1:]]
+
+
+class Split(Primitive):
+    """``a`` cut along ``axis`` before each of ``indices`` (non-negative, clamped to the
+    axis): one output per piece, as Python slicing gives them."""
+
+    __slots__ = ("indices", "axis")
+
+    def __init__(self, stream, indices: tuple, axis: int):
+        super().__init__(stream)
+        self.indices = indices
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        s = inputs[0].shape
+        ax = self.axis
+        return [s[:ax] + (n,) + s[ax + 1:] for n in _piece_sizes(self.indices, s[ax])]
+
+
+class Pad(Primitive):
+    """``a`` padded with the 0-d second input: ``low_pad_size[i]`` before and
+    ``high_pad_size[i]`` after along ``axes[i]``."""
+
+    __slots__ = ("axes", "low_pad_size", "high_pad_size")
+
+    def __init__(self, stream, axes: tuple, low_pad_size: tuple, high_pad_size: tuple):
+        super().__init__(stream)
+        self.axes = axes
+        self.low_pad_size = low_pad_size
+        self.high_pad_size = high_pad_size
+
+    def output_shapes(self, inputs):
+        s = list(inputs[0].shape)
+        for ax, lo, hi in zip(self.axes, self.low_pad_size, self.high_pad_size):
+            s[ax] += lo + hi
+        return [tuple(s)]
+
+
+class DynamicSlice(Primitive):
+    """A block of size ``slice_size`` of ``a``; its start along ``axes`` is the second
+    input (an integer array, read at evaluation), 0 along the other axes."""
+
+    __slots__ = ("axes", "slice_size")
+
+    def __init__(self, stream, axes: tuple, slice_size: tuple):
+        super().__init__(stream)
+        self.axes = axes
+        self.slice_size = slice_size
+
+    def output_shapes(self, inputs):
+        return [self.slice_size]
+
+
+class DynamicSliceUpdate(Primitive):
+    """``a`` with a block replaced by the update (second input); the block starts at the
+    third input along ``axes`` and at 0 elsewhere, and spans the update's dimensions
+    (left-padded with ones) along ``axes`` and all of ``a`` along the other axes."""
+
+    __slots__ = ("axes",)
+
+    def __init__(self, stream, axes: tuple):
+        super().__init__(stream)
+        self.axes = axes
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class AsStrided(Primitive):
+    """A view of ``a``'s row-major elements with ``shape``, element ``strides`` and
+    element ``offset``; the op checks that every element it reaches lies in ``a``."""
+
+    __slots__ = ("shape", "strides", "offset")
+
+    def __init__(self, stream, shape: tuple, strides: tuple, offset: int):
+        super().__init__(stream)
+        self.shape = shape
+        self.strides = strides
+        self.offset = offset
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+
+class View(Primitive):
+    """``a``'s bytes (row-major) read as ``dtype``; the last axis scales by the size ratio."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, stream, dtype):
+        super().__init__(stream)
+        self.dtype = dtype
+
+    def output_shapes(self, inputs):
+        x = inputs[0]
+        return [_view_shape(x.shape, x.dtype, self.dtype)]
+
+
+class Contiguous(Primitive):
+    """``a`` in row-major memory order (or column-major, if allowed and already so)."""
+
+    __slots__ = ("allow_col_major",)
+
+    def __init__(self, stream, allow_col_major: bool):
+        super().__init__(stream)
+        self.allow_col_major = allow_col_major
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class Diagonal(Primitive):
+    """The diagonal ``offset`` of the planes of ``axis1`` and ``axis2``, as a last axis."""
+
+    __slots__ = ("offset", "axis1", "axis2")
+
+    def __init__(self, stream, offset: int, axis1: int, axis2: int):
+        super().__init__(stream)
+        self.offset = offset
+        self.axis1 = axis1
+        self.axis2 = axis2
+
+    def output_shapes(self, inputs):
+        return [_diagonal_shape(inputs[0].shape, self.offset, self.axis1, self.axis2)]
+
+
+class Diag(Primitive):
+    """A square matrix with 1-D ``a`` on its diagonal ``k`` and zeros elsewhere."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, stream, k: int):
+        super().__init__(stream)
+        self.k = k
+
+    def output_shapes(self, inputs):
+        n = inputs[0].shape[0] + abs(self.k)
+        return [(n, n)]
+
+
+# -- shape helpers --------------------------------------------------------------
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _ints(value, op: str, name: str) -> tuple:
+    """``value`` (an int or a sequence of ints) as a tuple of Python ints."""
+    if type(value) is tuple:
+        for v in value:
+            if type(v) is not _int:
+                break
+        else:
+            return value
+    if isinstance(value, bool):
+        raise DtypeError(f"[{op}] {name} must be an integer or a sequence of integers, got {value!r}.")
+    try:
+        if isinstance(value, (list, tuple)):
+            out = []
+            for v in value:
+                if isinstance(v, (bool, np.bool_)):
+                    raise TypeError
+                out.append(_index(v))
+            return tuple(out)
+        return (_index(value),)
+    except TypeError:
+        raise DtypeError(f"[{op}] {name} must be an integer or a sequence of integers, "
+                         f"got {value!r}.") from None
+
+
+def _axis(axis, ndim: int, op: str, name: str = "axis") -> int:
+    if type(axis) is not _int and not isinstance(axis, bool):
+        try:
+            axis = _index(axis)
+        except TypeError:
+            pass
+    return normalize_axis(axis, ndim, f"[{op}] {name}")
+
+
+def _unique_axes(axes, ndim: int, op: str, name: str = "axis") -> tuple:
+    """Normalised axes; a repeated axis is an AxisError naming ``op``."""
+    out = tuple(_axis(a, ndim, op, name) for a in _ints(axes, op, name))
+    if len(set(out)) != len(out):
+        raise AxisError(f"[{op}] Repeated axes in {name}={out}.")
+    return out
+
+
+def _infer_shape(src_shape: tuple, size: int, shape: tuple, op: str) -> tuple:
+    """``shape`` with its one ``-1`` resolved so that it holds ``size`` elements."""
+    infer = -1
+    known = 1
+    for i, d in enumerate(shape):
+        if d >= 0:
+            known *= d
+        elif d == -1:
+            if infer >= 0:
+                raise ShapeError(f"[{op}] Can only infer one dimension, got shape {shape}.")
+            infer = i
+        else:
+            raise ShapeError(f"[{op}] Invalid dimension {d} in shape {shape}: dimensions "
+                             f"must be non-negative (or one -1).")
+    if infer >= 0:
+        if known == 0:
+            raise ShapeError(f"[{op}] Cannot infer the -1 of shape {shape} for an array of "
+                             f"shape {src_shape}: the other dimensions hold no elements.")
+        if size % known:
+            raise ShapeError(f"[{op}] Cannot reshape an array of shape {src_shape} (size "
+                             f"{size}) into shape {shape}.")
+        return shape[:infer] + (size // known,) + shape[infer + 1:]
+    if known != size:
+        raise ShapeError(f"[{op}] Cannot reshape an array of shape {src_shape} (size {size}) "
+                         f"into shape {shape} (size {known}).")
+    return shape
+
+
+def _flattened(shape: tuple, start: int, end: int) -> tuple:
+    if not shape:
+        return (1,)
+    return shape[:start] + (_prod(shape[start:end + 1]),) + shape[end + 1:]
+
+
+def _expanded(shape: tuple, axes: tuple) -> tuple:
+    out = list(shape)
+    for ax in axes:
+        out.insert(ax, 1)
+    return tuple(out)
+
+
+def _piece_sizes(indices: tuple, n: int) -> list:
+    bounds = (0,) + indices + (n,)
+    return [max(0, bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
+
+
+def _view_shape(shape: tuple, src, dst) -> tuple:
+    if src.size == dst.size:
+        return shape
+    if not shape:
+        raise ShapeError(f"[view] A 0-d array can only be viewed as a dtype of the same size: "
+                         f"{src.name} has {src.size} bytes, {dst.name} {dst.size}.")
+    nbytes = shape[-1] * src.size
+    if nbytes % dst.size:
+        raise ShapeError(f"[view] Cannot view an array of shape {shape} and dtype {src.name} "
+                         f"as {dst.name}: the last axis holds {nbytes} bytes, not a multiple "
+                         f"of {dst.size}.")
+    return shape[:-1] + (nbytes // dst.size,)
+
+
+def _diagonal_shape(shape: tuple, offset: int, ax1: int, ax2: int) -> tuple:
+    d1, d2 = shape[ax1], shape[ax2]
+    if offset >= 0:
+        n = max(0, min(d1, d2 - offset))
+    else:
+        n = max(0, min(d1 + offset, d2))
+    return tuple(d for i, d in enumerate(shape) if i != ax1 and i != ax2) + (n,)
+
+
+def _alias(a: array, stream) -> array:
+    """A new array object with ``a``'s value (shares the buffer; no copy)."""
+    if a._data is not None:
+        return from_buffer(a._data, a._dtype)
+    return lazy(a._shape, a._dtype, Reshape(to_stream(stream), a._shape), (a,))
+
+
+def _operand(a) -> array:
+    return a if type(a) is array else as_array(a)
+
+
+# -- reshaping -------------------------------------------------------------------
+def reshape(a, /, shape, *, stream=None) -> array:
+    """Reshape an array while preserving its size.
+
+    Args:
+        a (array): Input array.
+        shape (tuple(int)): New shape; one dimension may be ``-1``, inferred from the
+            size of ``a``.
+
+    Returns:
+        array: The reshaped array (a view of ``a`` when its layout allows).
+    """
+    a = _operand(a)
+    shape = _ints(shape, "reshape", "shape")
+    if shape != a._shape:
+        shape = _infer_shape(a._shape, a.size, shape, "reshape")
+    return lazy(shape, a._dtype, Reshape(to_stream(stream), shape), (a,))
+
+
+def flatten(a, /, start_axis: int = 0, end_axis: int = -1, *, stream=None) -> array:
+    """Flatten an array.
+
+    The axes from ``start_axis`` to ``end_axis`` (inclusive; negative axes count from
+    the end, and both are clamped to the array's axes) are merged into one. A 0-d
+    array flattens to shape ``(1,)``.
+
+    Example:
+        >>> flatten(zeros((2, 3, 4)), start_axis=1).shape
+        (2, 12)
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    s, e = _index(start_axis), _index(end_axis)
+    if nd:
+        s = min(max(s + nd if s < 0 else s, 0), nd - 1)
+        e = min(max(e + nd if e < 0 else e, 0), nd - 1)
+        if s > e:
+            raise AxisError(f"[flatten] start_axis ({start_axis}) must be less than or equal "
+                            f"to end_axis ({end_axis}) for an array of dimension {nd}.")
+    else:
+        s = e = 0
+    shape = _flattened(a._shape, s, e)
+    return lazy(shape, a._dtype, Flatten(to_stream(stream), s, e), (a,))
+
+
+def unflatten(a, /, axis: int, shape, *, stream=None) -> array:
+    """Unflatten an axis of an array into several.
+
+    Args:
+        a (array): Input array.
+        axis (int): The axis to unflatten.
+        shape (tuple(int)): Its new dimensions (one may be ``-1``); their product
+            must be the size of ``axis``.
+
+    Returns:
+        array: The unflattened array.
+    """
+    a = _operand(a)
+    ax = _axis(axis, len(a._shape), "unflatten")
+    shape = _ints(shape, "unflatten", "shape")
+    if not shape:
+        raise ShapeError("[unflatten] The shape to unflatten into cannot be empty.")
+    n = a._shape[ax]
+    if shape.count(-1) > 1:
+        raise ShapeError(f"[unflatten] Can only infer one dimension, got shape {shape}.")
+    if -1 in shape:
+        known = _prod(d for d in shape if d != -1)
+        if known == 0 or n % known:
+            raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape {shape}.")
+        shape = tuple(n // known if d == -1 else d for d in shape)
+    if any(d < 0 for d in shape) or _prod(shape) != n:
+        raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape {shape}.")
+    out = a._shape[:ax] + shape + a._shape[ax + 1:]
+    return lazy(out, a._dtype, Unflatten(to_stream(stream), ax, shape), (a,))
+
+
+def squeeze(a, /, axis=None, *, stream=None) -> array:
+    """Remove size-1 axes from an array.
+
+    Args:
+        a (array): Input array.
+        axis (int or tuple(int), optional): The axes to remove; each must have size 1.
+            Default: every size-1 axis.
+
+    Returns:
+        array: The squeezed array.
+    """
+    a = _operand(a)
+    shape = a._shape
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(shape) if d == 1)
+    else:
+        axes = _unique_axes(axis, len(shape), "squeeze")
+        for ax in axes:
+            if shape[ax] != 1:
+                raise ShapeError(f"[squeeze] Cannot squeeze axis {ax} of size {shape[ax]} "
+                                 f"(array shape {shape}): its size is not 1.")
+        axes = tuple(sorted(axes))
+    out = tuple(d for i, d in enumerate(shape) if i not in axes)
+    return lazy(out, a._dtype, Squeeze(to_stream(stream), axes), (a,))
+
+
+def expand_dims(a, /, axis, *, stream=None) -> array:
+    """Add size-1 axes to an array.
+
+    Args:
+        a (array): Input array.
+        axis (int or tuple(int)): The positions of the new axes in the output (negative
+            positions count from the end of the output).
+
+    Returns:
+        array: The array with the new axes.
+    """
+    a = _operand(a)
+    axes = _ints(axis, "expand_dims", "axis")
+    out_nd = len(a._shape) + len(axes)
+    axes = _unique_axes(axes, out_nd, "expand_dims")
+    axes = tuple(sorted(axes))
+    out = _expanded(a._shape, axes)
+    return lazy(out, a._dtype, ExpandDims(to_stream(stream), axes), (a,))
+
+
+def atleast_1d(*arys, stream=None):
+    """Convert all arrays to have at least one dimension.
+
+    Returns:
+        array or list(array): One array for one argument, else a list.
+    """
+    return _atleast(arys, 1, stream)
+
+
+def atleast_2d(*arys, stream=None):
+    """Convert all arrays to have at least two dimensions (a 1-D array of size ``n``
+    becomes ``(1, n)``).
+
+    Returns:
+        array or list(array): One array for one argument, else a list.
+    """
+    return _atleast(arys, 2, stream)
+
+
+def atleast_3d(*arys, stream=None):
+    """Convert all arrays to have at least three dimensions (``(n,)`` becomes
+    ``(1, n, 1)`` and ``(m, n)`` becomes ``(m, n, 1)``).
+
+    Returns:
+        array or list(array): One array for one argument, else a list.
+    """
+    return _atleast(arys, 3, stream)
+
+
+def _atleast(arys, n: int, stream):
+    out = []
+    for x in arys:
+        x = _operand(x)
+        s = x._shape
+        nd = len(s)
+        if nd >= n:
+            out.append(_alias(x, stream))
+            continue
+        if n == 1:
+            shape = (1,)
+        elif n == 2:
+            shape = (1,) + s if nd == 1 else (1, 1)
+        else:
+            shape = {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}[nd]
+        out.append(lazy(shape, x._dtype, Reshape(to_stream(stream), shape), (x,)))
+    return out[0] if len(out) == 1 else out
+
+
+# -- axes permutations -------------------------------------------------------------
+def transpose(a, /, axes=None, *, stream=None) -> array:
+    """Transpose the dimensions of an array.
+
+    Args:
+        a (array): Input array.
+        axes (list(int), optional): The source axis of each output axis; a permutation
+            of the axes. Default: the axes reversed.
+
+    Returns:
+        array: The transposed array (a view).
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    if axes is None:
+        axes = tuple(range(nd - 1, -1, -1))
+    else:
+        axes = _ints(axes, "transpose", "axes")
+        if len(axes) != nd:
+            raise AxisError(f"[transpose] Received {len(axes)} axes {axes} for an array of "
+                            f"dimension {nd}.")
+        axes = tuple(_axis(ax, nd, "transpose", "axes") for ax in axes)
+        if len(set(axes)) != nd:
+            raise AxisError(f"[transpose] Repeated axes in {axes}.")
+    s = a._shape
+    return lazy(tuple(s[i] for i in axes), a._dtype, Transpose(to_stream(stream), axes), (a,))
+
+
+def permute_dims(a, /, axes=None, *, stream=None) -> array:
+    """See :func:`transpose`."""
+    return transpose(a, axes, stream=stream)
+
+
+def swapaxes(a, /, axis1: int, axis2: int, *, stream=None) -> array:
+    """Swap two axes of an array.
+
+    Returns:
+        array: The array with ``axis1`` and ``axis2`` exchanged (a view).
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    i = _axis(axis1, nd, "swapaxes", "axis1")
+    j = _axis(axis2, nd, "swapaxes", "axis2")
+    axes = list(range(nd))
+    axes[i], axes[j] = j, i
+    return transpose(a, tuple(axes), stream=stream)
+
+
+def moveaxis(a, /, source: int, destination: int, *, stream=None) -> array:
+    """Move an axis to a new position.
+
+    Returns:
+        array: The array with axis ``source`` at position ``destination`` (a view).
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    src = _axis(source, nd, "moveaxis", "source")
+    dst = _axis(destination, nd, "moveaxis", "destination")
+    axes = [i for i in range(nd) if i != src]
+    axes.insert(dst, src)
+    return transpose(a, tuple(axes), stream=stream)
+
+
+# -- broadcasting ----------------------------------------------------------------
+def broadcast_shapes(*shapes) -> tuple:
+    """The shape that ``shapes`` broadcast to.
+
+    Example:
+        >>> broadcast_shapes((2, 1), (3,))
+        (2, 3)
+    """
+    if not shapes:
+        raise ShapeError("[broadcast_shapes] Must provide at least one shape.")
+    return _broadcast_shapes(*(_ints(s, "broadcast_shapes", "shape") for s in shapes))
+
+
+def broadcast_to(a, /, shape, *, stream=None) -> array:
+    """Broadcast an array (or scalar) to the given shape, by NumPy's rules.
+
+    Returns:
+        array: The broadcast array (a view; no copy).
+    """
+    a = _operand(a)
+    shape = _ints(shape, "broadcast_to", "shape")
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"[broadcast_to] Negative dimensions are not allowed: shape {shape}.")
+    s = a._shape
+    if s != shape:
+        off = len(shape) - len(s)
+        if off < 0 or any(d != 1 and d != shape[off + i] for i, d in enumerate(s)):
+            raise ShapeError(f"[broadcast_to] Cannot broadcast an array of shape {s} into "
+                             f"shape {shape}.")
+    return lazy(shape, a._dtype, BroadcastTo(to_stream(stream), shape), (a,))
+
+
+def broadcast_arrays(*arrays, stream=None) -> list:
+    """Broadcast arrays against each other (dtypes are kept).
+
+    Returns:
+        list(array): The arrays, each with the common shape.
+    """
+    arrays = [_operand(x) for x in arrays]
+    if not arrays:
+        return []
+    shape = _broadcast_shapes(*(x._shape for x in arrays))
+    return [broadcast_to(x, shape, stream=stream) for x in arrays]
+
+
+# -- joining and splitting ---------------------------------------------------------
+def _joined(arrays, op: str) -> list:
+    if isinstance(arrays, array) or not isinstance(arrays, (list, tuple)):
+        raise DtypeError(f"[{op}] arrays must be a list or tuple of arrays, got "
+                         f"{type(arrays).__name__}.")
+    if not arrays:
+        raise ShapeError(f"[{op}] No arrays provided.")
+    xs = [_operand(x) for x in arrays]
+    d = xs[0]._dtype
+    for x in xs[1:]:
+        if x._dtype is not d:
+            d = dt.promote_types(d, x._dtype)
+    if any(x._dtype is not d for x in xs):
+        xs = [cast(x, d) for x in xs]
+    return xs
+
+
+def concatenate(arrays, axis=0, *, stream=None) -> array:
+    """Concatenate arrays along an axis.
+
+    Args:
+        arrays (list(array)): Arrays of equal dimension whose shapes match except along
+            ``axis``; their dtypes are promoted to a common one.
+        axis (int, optional): The axis; ``None`` concatenates the flattened arrays.
+            Default: ``0``.
+
+    Returns:
+        array: The concatenated array.
+    """
+    xs = _joined(arrays, "concatenate")
+    if axis is None:
+        xs = [reshape(x, (-1,), stream=stream) if len(x._shape) != 1 else x for x in xs]
+        axis = 0
+    s0 = xs[0]._shape
+    nd = len(s0)
+    ax = _axis(axis, nd, "concatenate")
+    total = 0
+    for x in xs:
+        s = x._shape
+        if len(s) != nd:
+            raise ShapeError(f"[concatenate] All arrays must have the same number of dimensions; "
+                             f"got shapes {', '.join(str(y._shape) for y in xs)}.")
+        if s[:ax] != s0[:ax] or s[ax + 1:] != s0[ax + 1:]:
+            raise ShapeError(f"[concatenate] Shapes must match except along axis {ax}; got "
+                             f"{', '.join(str(y._shape) for y in xs)}.")
+        total += s[ax]
+    if len(xs) == 1:
+        return _alias(xs[0], stream)
+    return lazy(s0[:ax] + (total,) + s0[ax + 1:], xs[0]._dtype,
+                Concatenate(to_stream(stream), ax), tuple(xs))
+
+
+def concat(arrays, axis=0, *, stream=None) -> array:
+    """See :func:`concatenate`."""
+    return concatenate(arrays, axis, stream=stream)
+
+
+def stack(arrays, axis=0, *, stream=None) -> array:
+    """Stack arrays of one shape along a new axis.
+
+    Args:
+        arrays (list(array)): Arrays of the same shape (dtypes are promoted).
+        axis (int, optional): The position of the new axis in the output. Default: ``0``.
+
+    Returns:
+        array: The stacked array.
+    """
+    xs = _joined(arrays, "stack")
+    s0 = xs[0]._shape
+    for x in xs:
+        if x._shape != s0:
+            raise ShapeError(f"[stack] All arrays must have the same shape; got "
+                             f"{', '.join(str(y._shape) for y in xs)}.")
+    ax = _axis(0 if axis is None else axis, len(s0) + 1, "stack")
+    return concatenate([expand_dims(x, ax, stream=stream) for x in xs], ax, stream=stream)
+
+
+def unstack(x, /, *, axis: int = 0, stream=None) -> tuple:
+    """Split an array along an axis into its slices, that axis removed.
+
+    Returns:
+        tuple(array): ``x.shape[axis]`` arrays.
+    """
+    x = _operand(x)
+    ax = _axis(axis, len(x._shape), "unstack")
+    n = x._shape[ax]
+    if n == 0:
+        return ()
+    return tuple(squeeze(p, ax, stream=stream) for p in split(x, n, ax, stream=stream))
+
+
+def split(a, /, indices_or_sections, axis: int = 0, *, stream=None) -> list:
+    """Split an array along an axis.
+
+    Args:
+        a (array): Input array.
+        indices_or_sections (int or list(int)): A number of equal pieces (it must divide
+            the axis), or the indices to cut before (as Python slicing treats them).
+        axis (int, optional): The axis. Default: ``0``.
+
+    Returns:
+        list(array): The pieces (views of ``a``).
+    """
+    a = _operand(a)
+    ax = _axis(axis, len(a._shape), "split")
+    n = a._shape[ax]
+    if isinstance(indices_or_sections, (_int, np.integer)) and not isinstance(indices_or_sections, bool):
+        k = _int(indices_or_sections)
+        if k <= 0:
+            raise ShapeError(f"[split] The number of sections must be positive, got {k}.")
+        if n % k:
+            raise ShapeError(f"[split] An axis of size {n} (array shape {a._shape}, axis {ax}) "
+                             f"cannot be split into {k} equal sections.")
+        step = n // k
+        indices = tuple(range(step, n, step)) if step else (0,) * (k - 1)
+    else:
+        indices = tuple(min(max(i + n if i < 0 else i, 0), n)
+                        for i in _ints(indices_or_sections, "split", "indices_or_sections"))
+    s = a._shape
+    shapes = [s[:ax] + (m,) + s[ax + 1:] for m in _piece_sizes(indices, n)]
+    return lazy_multi(shapes, [a._dtype] * len(shapes), Split(to_stream(stream), indices, ax), (a,))
+
+
+def tile(a, reps, /, *, stream=None) -> array:
+    """Construct an array by repeating ``a`` ``reps`` times along each axis.
+
+    ``a`` and ``reps`` are aligned from the right; the shorter is padded with ones.
+
+    Returns:
+        array: The tiled array.
+    """
+    a = _operand(a)
+    reps = _ints(reps, "tile", "reps")
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"[tile] reps must be non-negative, got {reps}.")
+    nd = max(len(a._shape), len(reps))
+    s = (1,) * (nd - len(a._shape)) + a._shape
+    r = (1,) * (nd - len(reps)) + reps
+    if all(x == 1 for x in r):
+        return reshape(a, s, stream=stream)
+    inter = tuple(v for pair in zip((1,) * nd, s) for v in pair)
+    big = tuple(v for pair in zip(r, s) for v in pair)
+    x = reshape(a, inter, stream=stream)
+    x = broadcast_to(x, big, stream=stream)
+    return reshape(x, tuple(ri * si for ri, si in zip(r, s)), stream=stream)
+
+
+def repeat(array, repeats: int, axis=None, *, stream=None):
+    """Repeat each element of an array along an axis.
+
+    Args:
+        array (array): Input array.
+        repeats (int): How many times each element repeats.
+        axis (int, optional): The axis. Default: the flattened array.
+
+    Returns:
+        array: The array with each element repeated.
+    """
+    a = _operand(array)
+    if isinstance(repeats, bool):
+        raise DtypeError("[repeat] repeats must be an integer, got a bool.")
+    try:
+        repeats = _index(repeats)
+    except TypeError:
+        raise DtypeError(f"[repeat] repeats must be an integer, got {repeats!r}.") from None
+    if repeats < 0:
+        raise ShapeError(f"[repeat] The number of repeats cannot be negative, got {repeats}.")
+    if axis is None:
+        a = reshape(a, (-1,), stream=stream)
+        ax = 0
+    else:
+        ax = _axis(axis, len(a._shape), "repeat")
+    s = a._shape
+    x = expand_dims(a, ax + 1, stream=stream)
+    x = broadcast_to(x, s[:ax + 1] + (repeats,) + s[ax + 1:], stream=stream)
+    return reshape(x, s[:ax] + (s[ax] * repeats,) + s[ax + 1:], stream=stream)
+
+
+# -- padding, rolling, flipping -----------------------------------------------------
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _pad_pairs(pad_width, nd: int) -> list:
+    """``pad_width`` as one (low, high) pair per axis."""
+    def bad():
+        return ShapeError(f"[pad] Invalid pad_width {pad_width!r} for an array of dimension "
+                          f"{nd}: give an int, (pad,), (low, high) or one (low, high) per axis.")
+
+    if isinstance(pad_width, (_int, np.integer)) and not isinstance(pad_width, bool):
+        pairs = [(_int(pad_width), _int(pad_width))] * nd
+    elif isinstance(pad_width, (list, tuple)):
+        if all(isinstance(p, (_int, np.integer)) and not isinstance(p, bool) for p in pad_width):
+            if len(pad_width) == 1:
+                pairs = [(_int(pad_width[0]),) * 2] * nd
+            elif len(pad_width) == 2:
+                pairs = [(_int(pad_width[0]), _int(pad_width[1]))] * nd
+            elif nd == 0 and not pad_width:
+                pairs = []
+            else:
+                raise bad()
+        else:
+            pairs = []
+            for p in pad_width:
+                p = _ints(p, "pad", "pad_width")
+                if len(p) == 1:
+                    p = p * 2
+                if len(p) != 2:
+                    raise bad()
+                pairs.append(p)
+            if len(pairs) == 1:
+                pairs = pairs * nd
+            elif len(pairs) != nd:
+                raise bad()
+    else:
+        raise DtypeError(f"[pad] pad_width must be an int or a sequence of ints, got {pad_width!r}.")
+    for ax, (lo, hi) in enumerate(pairs):
+        if lo < 0 or hi < 0:
+            raise ShapeError(f"[pad] Padding sizes must be non-negative, got ({lo}, {hi}) for "
+                             f"axis {ax}.")
+    return pairs
+
+
+def pad(a, pad_width, mode: str = "constant", constant_values=0, *, stream=None) -> array:
+    """Pad an array.
+
+    Args:
+        a (array): Input array.
+        pad_width (int, tuple(int) or list(tuple(int, int))): Padding per axis: an int
+            (both sides of every axis), ``(low, high)`` for every axis, or one
+            ``(low, high)`` pair per axis.
+        mode (str): ``"constant"`` pads with ``constant_values``; ``"edge"`` repeats the
+            edge values; ``"reflect"`` mirrors without the edge, ``"symmetric"`` with it.
+        constant_values (scalar or array): The padding value for ``"constant"`` (cast
+            to ``a``'s dtype). Default: ``0``.
+
+    Returns:
+        array: The padded array.
+    """
+    a = _operand(a)
+    if mode not in _PAD_MODES:
+        raise ShapeError(f"[pad] Invalid padding mode {mode!r}; use one of {', '.join(_PAD_MODES)}.")
+    pairs = _pad_pairs(pad_width, len(a._shape))
+    axes = tuple(i for i, (lo, hi) in enumerate(pairs) if lo or hi)
+    if not axes:
+        return _alias(a, stream)
+    if mode == "constant":
+        v = constant_values
+        if isinstance(v, (bool, _int, float, complex)):
+            v = as_array(v, a._dtype)
+        else:
+            v = cast(_operand(v), a._dtype, stream)
+            if v.size != 1:
+                raise ShapeError(f"[pad] constant_values must hold one value, got an array of "
+                                 f"shape {v._shape}.")
+            if v._shape != ():
+                v = reshape(v, (), stream=stream)
+        lo = tuple(pairs[i][0] for i in axes)
+        hi = tuple(pairs[i][1] for i in axes)
+        shape = list(a._shape)
+        for ax, l, h in zip(axes, lo, hi):
+            shape[ax] += l + h
+        return lazy(tuple(shape), a._dtype, Pad(to_stream(stream), axes, lo, hi), (a, v))
+    # Edge/reflect/symmetric: a gather of computed positions along each padded axis,
+    # NumPy's np.pad on an index vector giving exactly its semantics.
+    out = a
+    for ax in axes:
+        n = a._shape[ax]
+        if n == 0:
+            raise ShapeError(f"[pad] Cannot pad the empty axis {ax} (array shape {a._shape}) "
+                             f"in mode {mode!r}.")
+        idx = np.pad(np.arange(n, dtype=np.int32), pairs[ax], mode=mode)
+        out = mx.take(out, from_buffer(idx, dt.int32), axis=ax, stream=stream)
+    return out
+
+
+def roll(a, shift, axis=None, /, *, stream=None) -> array:
+    """Roll array elements along the given axes: an element shifted past the end comes
+    back at the start.
+
+    Args:
+        a (array): Input array.
+        shift (int or tuple(int)): The shifts; several shifts of one axis add up.
+        axis (int or tuple(int), optional): The axes, matched with ``shift`` (one of
+            them may be a single value used for all). Default: the flattened array.
+
+    Returns:
+        array: The rolled array.
+    """
+    a = _operand(a)
+    shifts = _ints(shift, "roll", "shift")
+    if axis is None:
+        flat = reshape(a, (-1,), stream=stream)
+        return reshape(_roll_axes(flat, {0: sum(shifts)}, stream), a._shape, stream=stream)
+    nd = len(a._shape)
+    axes = tuple(_axis(x, nd, "roll") for x in _ints(axis, "roll", "axis"))
+    if len(shifts) == 1:
+        shifts = shifts * len(axes)
+    elif len(axes) == 1:
+        axes = axes * len(shifts)
+    elif len(axes) != len(shifts):
+        raise ShapeError(f"[roll] shift {shifts} and axis {axes} must have the same length.")
+    total: dict = {}
+    for ax, s in zip(axes, shifts):
+        total[ax] = total.get(ax, 0) + s
+    return _roll_axes(a, total, stream)
+
+
+def _roll_axes(a: array, shifts: dict, stream) -> array:
+    out = a
+    for ax, s in shifts.items():
+        n = a._shape[ax]
+        if n == 0 or s % n == 0:
+            continue
+        k = n - s % n
+        head = (_py_slice(None),) * ax
+        out = concatenate([_index_on(out, head + (_py_slice(k, None),), stream),
+                           _index_on(out, head + (_py_slice(None, k),), stream)], ax, stream=stream)
+    return out if out is not a else _alias(a, stream)
+
+
+def flip(a, /, axis=None, *, stream=None) -> array:
+    """Reverse the order of elements along the given axes (default: all axes).
+
+    Returns:
+        array: The flipped array (a view).
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    if axis is None:
+        axes = set(range(nd))
+    else:
+        axes = {_axis(x, nd, "flip") for x in _ints(axis, "flip", "axis")}
+    if not axes:
+        return _alias(a, stream)
+    rev = _py_slice(None, None, -1)
+    full = _py_slice(None)
+    return _index_on(a, tuple(rev if i in axes else full for i in range(nd)), stream)
+
+
+def _index_on(a: array, key: tuple, stream) -> array:
+    """``a[key]`` (the indexing pack's basic slicing) on ``stream``."""
+    if stream is None:
+        return a[key]
+    with mx.stream(stream):
+        return a[key]
+
+
+# -- diagonals ------------------------------------------------------------------
+def diagonal(a, offset: int = 0, axis1: int = 0, axis2: int = 1, stream=None) -> array:
+    """The diagonals of an array.
+
+    Args:
+        a (array): Input array of at least two dimensions.
+        offset (int): The diagonal: positive above the main one, negative below.
+        axis1, axis2 (int): The axes of the 2-D planes whose diagonals are taken.
+
+    Returns:
+        array: The diagonals; the two axes are removed and the diagonal is the last axis.
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    if nd < 2:
+        raise ShapeError(f"[diagonal] The array must have at least two dimensions, got shape "
+                         f"{a._shape}.")
+    ax1 = _axis(axis1, nd, "diagonal", "axis1")
+    ax2 = _axis(axis2, nd, "diagonal", "axis2")
+    if ax1 == ax2:
+        raise AxisError(f"[diagonal] axis1 and axis2 cannot be the same axis ({axis1}, {axis2}).")
+    offset = _index(offset)
+    shape = _diagonal_shape(a._shape, offset, ax1, ax2)
+    return lazy(shape, a._dtype, Diagonal(to_stream(stream), offset, ax1, ax2), (a,))
+
+
+def diag(a, /, k: int = 0, *, stream=None) -> array:
+    """Extract a diagonal or construct a diagonal matrix.
+
+    Args:
+        a (array): 1-D (the diagonal of the matrix to build) or 2-D (the matrix).
+        k (int): The diagonal: positive above the main one, negative below.
+
+    Returns:
+        array: The diagonal of a 2-D ``a``, or the square matrix with 1-D ``a`` on
+        diagonal ``k``.
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    k = _index(k)
+    if nd == 2:
+        return diagonal(a, k, 0, 1, stream=stream)
+    if nd != 1:
+        raise ShapeError(f"[diag] The array must be 1-D or 2-D, got shape {a._shape}.")
+    n = a._shape[0] + abs(k)
+    return lazy((n, n), a._dtype, Diag(to_stream(stream), k), (a,))
+
+
+def trace(a, /, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype=None, *,
+          stream=None) -> array:
+    """The sum along a diagonal of an array.
+
+    Args:
+        a (array): Input array of at least two dimensions.
+        offset (int), axis1 (int), axis2 (int): The diagonal, as in :func:`diagonal`.
+        dtype (Dtype, optional): The dtype to sum in; default that of :func:`sum`.
+
+    Returns:
+        array: The traces, with the two axes removed.
+    """
+    a = _operand(a)
+    if len(a._shape) < 2:
+        raise ShapeError(f"[trace] The array must have at least two dimensions, got shape "
+                         f"{a._shape}.")
+    d = diagonal(a, offset, axis1, axis2, stream=stream)
+    if dtype is not None:
+        d = cast(d, dt.to_dtype(dtype), stream)
+    return mx.sum(d, axis=-1, stream=stream)
+
+
+# -- views ------------------------------------------------------------------------
+def as_strided(a, /, shape=None, strides=None, offset: int = 0, *, stream=None) -> array:
+    """A view of an array with the given shape and strides.
+
+    The array is read as if it were row contiguous, whatever its layout. Unlike MLX,
+    a view that would reach outside the array is refused (IndexOutOfRangeError).
+
+    Args:
+        a (array): Input array.
+        shape (list(int), optional): The view's shape. Default: ``a.shape``.
+        strides (list(int), optional): The view's strides, in elements. Default: the
+            row-major strides of ``shape``.
+        offset (int): The element the view starts at.
+
+    Returns:
+        array: The strided view.
+    """
+    a = _operand(a)
+    shape = a._shape if shape is None else _ints(shape, "as_strided", "shape")
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"[as_strided] Negative dimensions are not allowed: shape {shape}.")
+    if strides is None:
+        st, acc = [], 1
+        for d in reversed(shape):
+            st.append(acc)
+            acc *= d
+        strides = tuple(reversed(st))
+    else:
+        strides = _ints(strides, "as_strided", "strides")
+    if len(strides) != len(shape):
+        raise ShapeError(f"[as_strided] shape {shape} and strides {strides} must have the same "
+                         f"length.")
+    offset = _index(offset)
+    if 0 not in shape:
+        lo = offset + sum((d - 1) * s for d, s in zip(shape, strides) if s < 0)
+        hi = offset + sum((d - 1) * s for d, s in zip(shape, strides) if s > 0)
+        if lo < 0 or hi >= a.size:
+            raise IndexOutOfRangeError(
+                f"[as_strided] shape {shape}, strides {strides} and offset {offset} reach "
+                f"elements {lo}..{hi}, outside an array of {a.size} elements.")
+    return lazy(shape, a._dtype, AsStrided(to_stream(stream), shape, strides, offset), (a,))
+
+
+def view(a, dtype, stream=None) -> array:
+    """View the array as a different type.
+
+    The bytes of each element (read in row-major order) are reinterpreted; when the
+    dtypes differ in size, the last axis grows or shrinks accordingly.
+
+    Args:
+        a (array or scalar): Input.
+        dtype (Dtype): The type to view as.
+
+    Returns:
+        array: The array with the new type.
+    """
+    a = _operand(a)
+    dtype = dt.to_dtype(dtype)
+    shape = _view_shape(a._shape, a._dtype, dtype)
+    return lazy(shape, dtype, View(to_stream(stream), dtype), (a,))
+
+
+def contiguous(a, /, allow_col_major: bool = False, *, stream=None) -> array:
+    """Force an array to be row contiguous, copying if necessary.
+
+    Args:
+        allow_col_major (bool): Accept a column-major array as it is.
+
+    Returns:
+        array: The contiguous array.
+    """
+    a = _operand(a)
+    return lazy(a._shape, a._dtype, Contiguous(to_stream(stream), bool(allow_col_major)), (a,))
+
+
+# -- dynamic slices -------------------------------------------------------------------
+def _start_indices(start, axes, a_shape: tuple, sizes: tuple, op: str) -> array:
+    start = _operand(start)
+    if start._dtype.kind not in "iu":
+        raise DtypeError(f"[{op}] start_indices must be integers, got dtype {start._dtype.name}.")
+    if len(start._shape) > 1:
+        raise ShapeError(f"[{op}] start_indices must be 0-D or 1-D, got shape {start._shape}.")
+    if start.size != len(axes):
+        raise ShapeError(f"[{op}] {start.size} start indices do not match {len(axes)} axes {axes}.")
+    if start._data is not None:
+        _check_starts(start._data, axes, a_shape, sizes, op)
+    return start
+
+
+def _check_starts(starts, axes, a_shape, sizes, op):
+    """The starts, negative ones wrapped, as Python ints; raise if a block leaves ``a``."""
+    out = []
+    for s, ax in zip(np.asarray(starts).reshape(-1).tolist(), axes):
+        n = a_shape[ax]
+        w = s + n if s < 0 else s
+        if w < 0 or w + sizes[ax] > n:
+            raise IndexOutOfRangeError(
+                f"[{op}] A block of size {sizes[ax]} starting at {s} along axis {ax} does not "
+                f"fit in an axis of size {n}.")
+        out.append(w)
+    return out
+
+
+def slice(a, start_indices, axes, slice_size, *, stream=None) -> array:
+    """Extract a sub-array from the input array, starting at positions held in an array.
+
+    Args:
+        a (array): Input array.
+        start_indices (array): The start along each of ``axes`` (negative starts count
+            from the end). A block that would leave ``a`` raises IndexOutOfRangeError
+            (at the call when the starts are already computed, else at evaluation).
+        axes (tuple(int)): The axes of ``start_indices``; other axes start at 0.
+        slice_size (tuple(int)): The size of the block, one entry per axis of ``a``.
+
+    Returns:
+        array: The block.
+
+    Example:
+        >>> a = array([[1, 2, 3], [4, 5, 6]])
+        >>> slice(a, start_indices=array(1), axes=(0,), slice_size=(1, 2))
+        array([[4, 5]], dtype=int32)
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    axes = _unique_axes(axes, nd, "slice", "axes")
+    size = _ints(slice_size, "slice", "slice_size")
+    if len(size) != nd or any(s < 0 or s > d for s, d in zip(size, a._shape)):
+        raise ShapeError(f"[slice] Invalid slice_size {size} for an array of shape {a._shape}.")
+    start = _start_indices(start_indices, axes, a._shape, size, "slice")
+    return lazy(size, a._dtype, DynamicSlice(to_stream(stream), axes, size), (a, start))
+
+
+def slice_update(a, update, start_indices, axes, *, stream=None) -> array:
+    """Update a sub-array of the input array, starting at positions held in an array.
+
+    The block spans the update's dimensions (left-padded with ones) along ``axes`` and
+    all of ``a`` along the other axes; the update broadcasts to it.
+
+    Args:
+        a (array): The input array to update.
+        update (array): The new values (cast to ``a``'s dtype).
+        start_indices (array): The start along each of ``axes`` (see :func:`slice`).
+        axes (tuple(int)): The axes of ``start_indices``.
+
+    Returns:
+        array: A new array with ``a``'s shape and dtype.
+    """
+    a = _operand(a)
+    nd = len(a._shape)
+    axes = _unique_axes(axes, nd, "slice_update", "axes")
+    u = cast(_operand(update), a._dtype, stream)
+    us = u._shape
+    if len(us) > nd:
+        raise ShapeError(f"[slice_update] An update of shape {us} has more dimensions than "
+                         f"the array of shape {a._shape}.")
+    padded = (1,) * (nd - len(us)) + us
+    block = tuple(padded[i] if i in axes else a._shape[i] for i in range(nd))
+    if any(b > d for b, d in zip(block, a._shape)) or any(
+            p != 1 and p != b for p, b in zip(padded, block)):
+        raise ShapeError(f"[slice_update] An update of shape {us} does not fit a block of "
+                         f"{a._shape} along axes {axes}.")
+    start = _start_indices(start_indices, axes, a._shape, block, "slice_update")
+    return lazy(a._shape, a._dtype, DynamicSliceUpdate(to_stream(stream), axes), (a, u, start))
+
+
+# -- array methods and properties ----------------------------------------------------
+def _shape_args(args, op):
+    if len(args) == 1 and not isinstance(args[0], (_int, np.integer)):
+        return args[0]
+    if not args:
+        raise ShapeError(f"[{op}] Give the new shape, as a tuple or as separate integers.")
+    return args
+
+
+def _array_reshape(self, *shape, stream=None) -> array:
+    """Equivalent to :func:`reshape`; the shape is a tuple or separate integers."""
+    return reshape(self, _shape_args(shape, "reshape"), stream=stream)
+
+
+def _array_transpose(self, *axes, stream=None) -> array:
+    """Equivalent to :func:`transpose`; the axes are a tuple or separate integers."""
+    if not axes:
+        return transpose(self, stream=stream)
+    if len(axes) == 1 and not isinstance(axes[0], (_int, np.integer)):
+        axes = axes[0]
+    return transpose(self, axes, stream=stream)
+
+
+def _array_flatten(self, start_axis: int = 0, end_axis: int = -1, *, stream=None) -> array:
+    """See :func:`flatten`."""
+    return flatten(self, start_axis, end_axis, stream=stream)
+
+
+def _array_squeeze(self, axis=None, *, stream=None) -> array:
+    """See :func:`squeeze`."""
+    return squeeze(self, axis, stream=stream)
+
+
+def _array_swapaxes(self, axis1: int, axis2: int, *, stream=None) -> array:
+    """See :func:`swapaxes`."""
+    return swapaxes(self, axis1, axis2, stream=stream)
+
+
+def _array_moveaxis(self, source: int, destination: int, *, stream=None) -> array:
+    """See :func:`moveaxis`."""
+    return moveaxis(self, source, destination, stream=stream)
+
+
+def _array_split(self, indices_or_sections, axis: int = 0, *, stream=None) -> list:
+    """See :func:`split`."""
+    return split(self, indices_or_sections, axis, stream=stream)
+
+
+def _array_diag(self, k: int = 0, *, stream=None) -> array:
+    """Extract a diagonal or construct a diagonal matrix; see :func:`diag`."""
+    return diag(self, k, stream=stream)
+
+
+def _array_diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1, stream=None) -> array:
+    """See :func:`diagonal`."""
+    return diagonal(self, offset, axis1, axis2, stream=stream)
+
+
+def _array_view(self, dtype, *, stream=None) -> array:
+    """See :func:`view`."""
+    return view(self, dtype, stream=stream)
+
+
+def _T(self) -> array:
+    """The array with its axes reversed: ``self.transpose()``."""
+    return transpose(self)
+
+
+def _mT(self) -> array:
+    """The array with its last two axes swapped."""
+    nd = len(self._shape)
+    if nd < 2:
+        raise ShapeError(f"[matrix_transpose] The array must have at least two dimensions, "
+                         f"got shape {self._shape}.")
+    return transpose(self, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+PRIMITIVES = [Reshape, Flatten, Unflatten, Squeeze, ExpandDims, Transpose, BroadcastTo,
+              Concatenate, Split, Pad, DynamicSlice, DynamicSliceUpdate, AsStrided, View,
+              Contiguous, Diagonal, Diag]
+
+OPS = {
+    "reshape": reshape, "flatten": flatten, "unflatten": unflatten, "squeeze": squeeze,
+    "expand_dims": expand_dims, "atleast_1d": atleast_1d, "atleast_2d": atleast_2d,
+    "atleast_3d": atleast_3d, "transpose": transpose, "permute_dims": permute_dims,
+    "swapaxes": swapaxes, "moveaxis": moveaxis, "broadcast_shapes": broadcast_shapes,
+    "broadcast_to": broadcast_to, "broadcast_arrays": broadcast_arrays,
+    "concatenate": concatenate, "concat": concat, "stack": stack, "unstack": unstack,
+    "split": split, "tile": tile, "repeat": repeat, "pad": pad, "roll": roll, "flip": flip,
+    "diagonal": diagonal, "diag": diag, "trace": trace, "as_strided": as_strided,
+    "view": view, "contiguous": contiguous, "slice": slice, "slice_update": slice_update,
+    "array.reshape": _array_reshape, "array.transpose": _array_transpose,
+    "array.flatten": _array_flatten, "array.squeeze": _array_squeeze,
+    "array.swapaxes": _array_swapaxes, "array.moveaxis": _array_moveaxis,
+    "array.split": _array_split, "array.diag": _array_diag,
+    "array.diagonal": _array_diagonal, "array.view": _array_view,
+    "array.T": property(_T), "array.mT": property(_mT),
+}
 
 
 @hookimpl

@@ -1,9 +1,264 @@
-"""The sorting op pack (to be filled)."""
+"""Sorting op pack: sort, argsort, partition, argpartition, topk and searchsorted.
 
+Every primitive works along one axis (``axis=None`` flattens first, as in MLX).
+NaNs order after every number, as in NumPy. Index outputs are ``uint32``.
+Kernels live in ``lazyx.backends.cpu.kernels.sorting``.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import lazyx.core as mx
+from lazyx import dtypes as dt
+from lazyx.arguments import as_array, binary_operands, normalize_axis
+from lazyx.array import array, lazy
+from lazyx.device import to_stream
+from lazyx.errors import DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 
-PRIMITIVES = []
-OPS = {}
+_uint32 = dt.uint32
+
+
+class _AlongAxis(Primitive):
+    """A primitive whose output has the input's shape, working along ``axis``."""
+
+    __slots__ = ("axis",)
+
+    def __init__(self, stream, axis: int):
+        self.stream = stream
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class Sort(_AlongAxis):
+    """The input sorted along ``axis`` (NaNs last)."""
+
+    __slots__ = ()
+
+
+class ArgSort(_AlongAxis):
+    """The uint32 indices that sort the input along ``axis``; stable for equal keys."""
+
+    __slots__ = ()
+
+
+class Partition(_AlongAxis):
+    """The input partitioned along ``axis``: position ``kth`` (in ``[0, n)``) holds the
+    element a sort would put there, smaller-or-equal ones before it, the rest after."""
+
+    __slots__ = ("kth",)
+
+    def __init__(self, stream, kth: int, axis: int):
+        self.stream = stream
+        self.kth = kth
+        self.axis = axis
+
+
+class ArgPartition(Partition):
+    """The uint32 indices that partition the input along ``axis`` (see :class:`Partition`)."""
+
+    __slots__ = ()
+
+
+class TopK(Primitive):
+    """The ``k`` largest elements along ``axis`` (``0 <= k <= n``), in no particular
+    order; the output's ``axis`` has size ``k``. NaNs count as largest."""
+
+    __slots__ = ("k", "axis")
+
+    def __init__(self, stream, k: int, axis: int):
+        self.stream = stream
+        self.k = k
+        self.axis = axis
+
+    def output_shapes(self, inputs):
+        s = list(inputs[0].shape)
+        s[self.axis] = self.k
+        return [tuple(s)]
+
+
+class SearchSorted(Primitive):
+    """For each of ``values`` (input 1), its insertion index into the ascending 1-D
+    ``sorted_sequence`` (input 0), as uint32: the count of elements ``<`` it
+    (``side="left"``) or ``<=`` it (``side="right"``). Both inputs share one dtype."""
+
+    __slots__ = ("side",)
+
+    def __init__(self, stream, side: str):
+        self.stream = stream
+        self.side = side
+
+    def output_shapes(self, inputs):
+        return [inputs[1].shape]
+
+
+# -- argument helpers ------------------------------------------------------------
+def _along(a, axis, op: str):
+    """``(a, axis)`` with ``a`` flattened when ``axis`` is None and ``axis`` in ``[0, ndim)``."""
+    ndim = len(a._shape)
+    if axis is None:
+        if ndim != 1:
+            a = mx.reshape(a, (a.size,))
+        return a, 0
+    if type(axis) is int and -ndim <= axis < ndim:
+        return a, axis % ndim
+    if not isinstance(axis, int) and hasattr(axis, "__index__"):
+        axis = operator.index(axis)
+    return a, normalize_axis(axis, ndim, f"[{op}] axis")
+
+
+def _int_arg(value, name: str, op: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hasattr(value, "__index__") and not isinstance(value, bool):
+        return operator.index(value)
+    raise DtypeError(f"[{op}] {name} must be an integer, got {value!r}.")
+
+
+# -- op functions ----------------------------------------------------------------
+def sort(a, /, axis=-1, *, stream=None) -> array:
+    """Returns a sorted copy of the array.
+
+    Args:
+        a (array): Input array.
+        axis (int or None, optional): Axis to sort over. If ``None``, the
+          flattened array is sorted. Defaults to ``-1``.
+
+    Returns:
+        array: The sorted array (NaNs last).
+    """
+    a, axis = _along(as_array(a), axis, "sort")
+    return lazy(a._shape, a._dtype, Sort(to_stream(stream), axis), (a,))
+
+
+def argsort(a, /, axis=-1, *, stream=None) -> array:
+    """Returns the indices that sort the array.
+
+    Args:
+        a (array): Input array.
+        axis (int or None, optional): Axis to sort over. If ``None``, the
+          flattened array is sorted. Defaults to ``-1``.
+
+    Returns:
+        array: The ``uint32`` indices; equal elements keep their order (a stable sort).
+    """
+    a, axis = _along(as_array(a), axis, "argsort")
+    return lazy(a._shape, _uint32, ArgSort(to_stream(stream), axis), (a,))
+
+
+def _partition(cls, op, a, kth, axis, stream, out_dtype):
+    a, axis = _along(as_array(a), axis, op)
+    kth = _int_arg(kth, "kth", op)
+    n = a._shape[axis]
+    if not -n <= kth < n:
+        raise ShapeError(f"[{op}] Received invalid kth {kth} along axis {axis} for an array "
+                         f"of shape {a._shape}: kth must lie in [{-n}, {n}).")
+    return lazy(a._shape, out_dtype or a._dtype, cls(to_stream(stream), kth % n, axis), (a,))
+
+
+def partition(a, /, kth, axis=-1, *, stream=None) -> array:
+    """Returns a partitioned copy of the array such that the smaller ``kth``
+    elements are first.
+
+    The ordering of the elements within each partition is undefined.
+
+    Args:
+        a (array): Input array.
+        kth (int): The element at index ``kth`` is in its sorted position; the ones
+          before it are less or equal, the ones after greater or equal. Negative
+          values count from the end.
+        axis (int or None, optional): Axis to partition over. If ``None``, the
+          flattened array is partitioned. Defaults to ``-1``.
+
+    Returns:
+        array: The partitioned array.
+    """
+    return _partition(Partition, "partition", a, kth, axis, stream, None)
+
+
+def argpartition(a, /, kth, axis=-1, *, stream=None) -> array:
+    """Returns the indices that partition the array.
+
+    The ordering of the elements within each partition is undefined.
+
+    Args:
+        a (array): Input array.
+        kth (int): The element at index ``kth`` is in its sorted position; the ones
+          before it are less or equal, the ones after greater or equal. Negative
+          values count from the end.
+        axis (int or None, optional): Axis to partition over. If ``None``, the
+          flattened array is partitioned. Defaults to ``-1``.
+
+    Returns:
+        array: The ``uint32`` indices that partition the input.
+    """
+    return _partition(ArgPartition, "argpartition", a, kth, axis, stream, _uint32)
+
+
+def topk(a, /, k, axis=-1, *, stream=None) -> array:
+    """Returns the ``k`` largest elements from the input along a given axis.
+
+    The elements will not necessarily be in sorted order.
+
+    Args:
+        a (array): Input array.
+        k (int): The number of elements to return, ``0 <= k <= a.shape[axis]``.
+        axis (int or None, optional): Axis to select over. If ``None``, selects
+          over the flattened array. Defaults to ``-1``.
+
+    Returns:
+        array: The top ``k`` elements (NaNs count as largest).
+    """
+    a, axis = _along(as_array(a), axis, "topk")
+    k = _int_arg(k, "k", "topk")
+    shape = a._shape
+    if not 0 <= k <= shape[axis]:
+        raise ShapeError(f"[topk] Received invalid k={k} along axis {axis} for an array of "
+                         f"shape {shape}: k must lie in [0, {shape[axis]}].")
+    out = shape[:axis] + (k,) + shape[axis + 1:]
+    return lazy(out, a._dtype, TopK(to_stream(stream), k, axis), (a,))
+
+
+def searchsorted(sorted_sequence, values, /, side="left", *, stream=None) -> array:
+    """Find the indices that keep ``sorted_sequence`` sorted when inserting ``values``.
+
+    Args:
+        sorted_sequence (array): A 1-D array sorted in ascending order (NaNs last).
+        values (array): The values to insert. May have any shape.
+        side (str, optional): ``'left'`` gives the first suitable index (the count
+          of elements strictly less than the value), ``'right'`` the last (the
+          count of elements less or equal). Defaults to ``'left'``.
+
+    Returns:
+        array: A ``uint32`` array of ``values``' shape holding indices in
+        ``[0, sorted_sequence.size]``.
+
+    Example:
+        >>> a = mx.array([1, 2, 2, 4])
+        >>> mx.searchsorted(a, mx.array([0, 2, 3, 5]))
+        array([0, 1, 3, 4], dtype=uint32)
+    """
+    if side != "left" and side != "right":
+        raise ValueError(f"[searchsorted] Invalid side {side!r}: expected 'left' or 'right'.")
+    seq = as_array(sorted_sequence)
+    if len(seq._shape) != 1:
+        raise ShapeError(f"[searchsorted] The sorted sequence must be 1-D, got shape "
+                         f"{seq._shape}.")
+    # Python scalars get their own dtype: inserting 300 into uint8 data must not wrap.
+    seq, vals, _ = binary_operands(seq, as_array(values), stream)
+    return lazy(vals._shape, _uint32, SearchSorted(to_stream(stream), side), (seq, vals))
+
+
+PRIMITIVES = [Sort, ArgSort, Partition, ArgPartition, TopK, SearchSorted]
+
+OPS = {
+    "sort": sort, "argsort": argsort, "partition": partition, "argpartition": argpartition,
+    "topk": topk, "searchsorted": searchsorted,
+}
 
 
 @hookimpl

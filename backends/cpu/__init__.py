@@ -15,6 +15,15 @@ from lazyx.hookspecs import hookimpl
 
 from .kernels import numpy_kernels
 
+import numpy as np
+
+try:  # NumPy's floating-point error state is a context variable: swapping it is cheap.
+    from numpy._core._ufunc_config import _extobj_contextvar as _errstate_var
+    with np.errstate(all="ignore"):
+        _SILENT = _errstate_var.get()
+except (ImportError, AttributeError):  # pragma: no cover - other NumPy layouts
+    _errstate_var = None
+
 
 class CpuReferenceBackend(Backend):
     """NumPy kernels only."""
@@ -25,6 +34,21 @@ class CpuReferenceBackend(Backend):
     def __init__(self):
         super().__init__()
         self.kernels = numpy_kernels()
+
+    # Kernels are silent about floating-point exceptions (0 * inf, x / 0), as MLX is:
+    # NumPy's warnings are switched off while an evaluation runs.
+    def enter_eval(self):
+        if _errstate_var is None:
+            ctx = np.errstate(all="ignore")
+            ctx.__enter__()
+            return ctx
+        return _errstate_var.set(_SILENT)
+
+    def exit_eval(self, token):
+        if _errstate_var is None:
+            token.__exit__(None, None, None)
+        else:
+            _errstate_var.reset(token)
 
 
 class CpuBackend(CpuReferenceBackend):
@@ -39,11 +63,14 @@ class CpuBackend(CpuReferenceBackend):
         self.kernels.update(native_kernels.kernels(self.native))
 
     def enter_eval(self):
-        return self.native.enter_eval() if self.native is not None else None
+        outer = super().enter_eval()
+        return outer, (self.native.enter_eval() if self.native is not None else None)
 
     def exit_eval(self, token):
+        outer, inner = token
         if self.native is not None:
-            self.native.exit_eval(token)
+            self.native.exit_eval(inner)
+        super().exit_eval(outer)
 
     def memory_stats(self) -> dict:
         if self.native is None:

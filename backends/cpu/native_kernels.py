@@ -1,6 +1,24 @@
-"""Kernels of the ``cpu`` backend served by the nanobind module ``_native``."""
+"""Kernels of the ``cpu`` backend served by the nanobind module ``_native``.
+
+A native kernel covers the common layout (a C-contiguous input reduced or
+normalised over its trailing axes, in a dtype the module supports) and hands
+every other case to the NumPy kernel of the ``cpu-reference`` backend, so the
+two backends always agree. Outputs are allocated here with NumPy, inside the
+evaluation, so lazyx's allocation handler counts them like any other buffer.
+"""
 
 from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+_f32 = np.dtype(np.float32)
+_u16 = np.dtype(np.uint16)
+_empty = np.empty
+
+#: Sums smaller than this stay with NumPy: below it a call into the module
+#: costs more than NumPy's own single-threaded pass (see benchmarks/).
+SUM_MIN_SIZE = 1 << 16
 
 
 def load():
@@ -12,8 +30,109 @@ def load():
     return _native if hasattr(_native, "enter_eval") else None
 
 
+def _row_length(shape: tuple, axes: tuple, _cache: dict = {}) -> int:
+    """The number of elements per row when ``axes`` are the trailing axes of ``shape``
+    (any order, negative allowed), else 0."""
+    key = (shape, axes)
+    n = _cache.get(key)
+    if n is None:
+        ndim = len(shape)
+        k = len(axes)
+        n = 0
+        if 0 < k <= ndim and sorted(a % ndim for a in axes) == list(range(ndim - k, ndim)) \
+                and len(set(axes)) == k:
+            n = 1
+            for s in shape[ndim - k:]:
+                n *= s
+        if len(_cache) > 4096:
+            _cache.clear()
+        _cache[key] = n
+    return n
+
+
+def _row_kernel(by_dtype: dict, reference, reduces: bool):
+    """A kernel running ``by_dtype[x.dtype](x, out, n)`` on C-contiguous rows.
+
+    ``by_dtype`` maps a NumPy dtype to (native function, view dtype or None).
+    ``reduces``: the output has one element per row (shape from keepdims).
+    """
+    def kernel(prim, inputs):
+        x = inputs[0]
+        entry = by_dtype.get(x.dtype)
+        if entry is None or not x.flags.c_contiguous or x.size == 0:
+            return reference(prim, inputs)
+        shape = x.shape
+        axes = prim.axes
+        n = _row_length(shape, axes)
+        if n == 0:
+            return reference(prim, inputs)
+        fn, view = entry
+        if reduces:
+            kept = shape[:len(shape) - len(axes)]
+            out = _empty(kept + (1,) * len(axes) if prim.keepdims else kept, x.dtype)
+        else:
+            out = _empty(shape, x.dtype)
+        if view is None:
+            fn(x, out, n)
+        else:
+            fn(x.view(view), out.view(view), n)
+        return out
+    kernel.reference = reference
+    return kernel
+
+
+def _sum_kernel(native_sum, reference):
+    """float32 ``Reduce(op="sum")`` over contiguous trailing axes, threaded."""
+    def kernel(prim, inputs):
+        x = inputs[0]
+        if prim.op != "sum" or x.dtype != _f32 or x.size < SUM_MIN_SIZE or not x.flags.c_contiguous:
+            return reference(prim, inputs)
+        shape = x.shape
+        axes = prim.axes
+        n = _row_length(shape, axes)
+        if n == 0:
+            return reference(prim, inputs)
+        kept = shape[:len(shape) - len(axes)]
+        out = _empty(kept + (1,) * len(axes) if prim.keepdims else kept, _f32)
+        native_sum(x, out, n)
+        return out
+    kernel.reference = reference
+    return kernel
+
+
+def _primitive(module: str, name: str):
+    """The primitive class ``lazyx.plugins.<module>.<name>``, or None while its pack lacks it."""
+    import importlib
+    try:
+        return getattr(importlib.import_module(f"lazyx.plugins.{module}"), name, None)
+    except ImportError:
+        return None
+
+
 def kernels(native) -> dict:
-    """{primitive_class: kernel} that replace NumPy kernels on the ``cpu`` backend."""
+    """{primitive_class: kernel} that replace NumPy kernels on the ``cpu`` backend.
+
+    A primitive is only covered when its pack defines it and a NumPy kernel
+    exists to fall back on.
+    """
     if native is None:
         return {}
-    return {}
+    from .kernels import numpy_kernels
+    reference = numpy_kernels()
+
+    def per_dtype(prefix):
+        return {_f32: (getattr(native, f"{prefix}_float32"), None),
+                np.dtype(np.float16): (getattr(native, f"{prefix}_float16"), _u16),
+                np.dtype(ml_dtypes.bfloat16): (getattr(native, f"{prefix}_bfloat16"), _u16)}
+
+    table = {}
+    softmax = _primitive("products", "Softmax")
+    if softmax is not None and softmax in reference:
+        table[softmax] = _row_kernel(per_dtype("softmax"), reference[softmax], reduces=False)
+    logsumexp = _primitive("reductions", "LogSumExp")
+    if logsumexp is not None and logsumexp in reference:
+        table[logsumexp] = _row_kernel(per_dtype("logsumexp"), reference[logsumexp], reduces=True)
+    reduce = _primitive("reductions", "Reduce")
+    if reduce is not None and reduce in reference:
+        table[reduce] = _sum_kernel(native.sum_float32, reference[reduce])
+    return table

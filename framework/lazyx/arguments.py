@@ -129,8 +129,11 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
 def normalize_axis(axis: int, ndim: int, name: str = "axis") -> int:
     """``axis`` in ``[0, ndim)`` (negative axes count from the end)."""
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise AxisError(f"{name} must be an integer, got {axis!r}.")
+    if type(axis) is not int:
+        try:
+            axis = axis.__index__()
+        except (AttributeError, TypeError, ValueError):
+            raise AxisError(f"{name} must be an integer, got {axis!r}.") from None
     if axis < -ndim or axis >= ndim:
         raise AxisError(f"{name} {axis} is out of bounds for an array of dimension {ndim}.")
     return int(axis) % ndim if ndim else 0
@@ -140,7 +143,7 @@ def normalize_axes(axes, ndim: int, name: str = "axis") -> tuple[int, ...]:
     """``axes`` (None for all, an int, or a sequence) as sorted unique non-negative ints."""
     if axes is None:
         return tuple(range(ndim))
-    if isinstance(axes, (int, np.integer)):
+    if isinstance(axes, (int, np.integer)) or hasattr(axes, "__index__"):
         return (normalize_axis(axes, ndim, name),)
     out = tuple(normalize_axis(a, ndim, name) for a in axes)
     if len(set(out)) != len(out):

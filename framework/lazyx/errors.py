@@ -6,7 +6,7 @@ built-in exception a NumPy or MLX user would expect (``ValueError`` for shapes,
 """
 
 __all__ = [
-    "LazyxError", "ShapeError", "AxisError", "DtypeError", "IndexOutOfRangeError",
+    "LazyxError", "ArgumentError", "ShapeError", "AxisError", "DtypeError", "IndexOutOfRangeError",
     "KernelNotFoundError", "KernelOutputError", "TransformError", "PluginError",
     "BackendError", "DeviceError",
 ]
@@ -14,6 +14,10 @@ __all__ = [
 
 class LazyxError(Exception):
     """Base class of every error lazyx raises on purpose."""
+
+
+class ArgumentError(LazyxError, ValueError):
+    """An argument value an operation does not accept (a bad mode, side, count...)."""
 
 
 class ShapeError(LazyxError, ValueError):

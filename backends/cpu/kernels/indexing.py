@@ -1,3 +1,89 @@
-"""NumPy kernels of the indexing op pack."""
+"""NumPy kernels of the indexing op pack.
 
-KERNELS = {}
+Slices are views; gathers and scatters use NumPy's own indexing (``x[key]``,
+``x[key] = v``, ``np.add.at``), which also bounds-checks index arrays: its IndexError
+becomes an :class:`IndexOutOfRangeError` naming the primitive. Scatters copy their input
+first: buffers are immutable.
+"""
+
+import numpy as np
+
+from lazyx.errors import IndexOutOfRangeError
+from lazyx.plugins import indexing as ix
+
+_REDUCE = {"add": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _out_of_range(p, e):
+    return IndexOutOfRangeError(f"[{p.name}] {e}: an index array holds a position outside "
+                                f"the array.")
+
+
+def _key(p, ins):
+    key = list(p._template)
+    for pos, k in p._places:
+        key[pos] = ins[k]
+    return tuple(key)
+
+
+def _gather(p, ins):
+    x = ins[0]
+    try:
+        ax = p._take_axis
+        if ax >= 0 and p._take_rest == x.shape[:ax] + x.shape[ax + 1:]:
+            return np.take(x, ins[1], axis=ax)
+        return x[_key(p, ins)]
+    except IndexError as e:
+        raise _out_of_range(p, e) from None
+
+
+def _slice_update(p, ins):
+    out = ins[0].copy()
+    out[p._key] = ins[1]
+    return out
+
+
+def _scatter(p, ins):
+    out = ins[0].copy()
+    key = _key(p, ins)
+    try:
+        if p.reduce is None:
+            out[key] = ins[1]
+        else:
+            _REDUCE[p.reduce].at(out, key, ins[1])
+    except IndexError as e:
+        raise _out_of_range(p, e) from None
+    return out
+
+
+def _gather_axis(p, ins):
+    x, idx = ins
+    try:
+        return np.take_along_axis(x, idx, axis=p.axis)
+    except IndexError as e:
+        raise _out_of_range(p, e) from None
+
+
+def _scatter_axis(p, ins):
+    x, idx, v = ins
+    nd = x.ndim
+    vs = (1,) * (nd - v.ndim) + v.shape
+    full = list(x.shape)
+    full[p.axis] = max(idx.shape[p.axis], vs[p.axis]) if 0 not in (idx.shape[p.axis], vs[p.axis]) else 0
+    full = tuple(full)
+    out = x.copy()
+    try:
+        np.put_along_axis(out, np.broadcast_to(idx, full), np.broadcast_to(v, full), axis=p.axis)
+    except IndexError as e:
+        raise _out_of_range(p, e) from None
+    return out
+
+
+KERNELS = {
+    ix.Slice: lambda p, ins: ins[0][p._key],
+    ix.SliceUpdate: _slice_update,
+    ix.Gather: _gather,
+    ix.Scatter: _scatter,
+    ix.GatherAxis: _gather_axis,
+    ix.ScatterAxis: _scatter_axis,
+}

@@ -1,3 +1,62 @@
-"""NumPy kernels of the products op pack."""
+"""NumPy kernels of the products op pack.
 
-KERNELS = {}
+float32, float64 and complex64 products go straight to ``np.matmul`` (BLAS,
+which also takes transposed operands without a copy). NumPy has no BLAS for
+float16 and bfloat16, and its own loop is orders of magnitude slower, so
+those operands are widened to float32 and the result narrowed back.
+"""
+
+import numpy as np
+
+from lazyx.plugins import products as pr
+
+_f32 = np.dtype(np.float32)
+_BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64)))
+
+
+def _product(a, b):
+    """``a @ b`` in a dtype BLAS handles, and the dtype to return."""
+    d = a.dtype
+    if d in _BLAS:
+        return np.matmul(a, b), d
+    return np.matmul(a.astype(_f32), b.astype(_f32)), d
+
+
+def _matmul(p, ins):
+    out, d = _product(ins[0], ins[1])
+    return out if out.dtype == d else out.astype(d)
+
+
+def _addmm(p, ins):
+    c, a, b = ins
+    out, d = _product(a, b)
+    out = np.asarray(out)
+    if p.alpha != 1.0:
+        out *= p.alpha
+    # As with BLAS gemm, beta == 0 ignores c entirely (NaNs in c do not leak).
+    if p.beta != 0.0:
+        if c.dtype != out.dtype:
+            c = c.astype(out.dtype)
+        out += c if p.beta == 1.0 else p.beta * c
+    return out if out.dtype == d else out.astype(d)
+
+
+def _softmax(p, ins):
+    x = ins[0]
+    if x.size == 0:
+        return x
+    d = x.dtype
+    if d.kind not in "fc" or d.itemsize < 4:  # float16 and bfloat16 accumulate in float32
+        x = x.astype(_f32)
+    axes = p.axes
+    m = np.max(x.real if x.dtype.kind == "c" else x, axis=axes, keepdims=True)
+    e = np.exp(x - m)
+    e /= np.sum(e, axis=axes, keepdims=True)
+    return e if e.dtype == d else e.astype(d)
+
+
+KERNELS = {
+    pr.Matmul: _matmul,
+    pr.AddMM: _addmm,
+    pr.Softmax: _softmax,
+}

@@ -1,3 +1,69 @@
-"""NumPy kernels of the random op pack."""
+"""NumPy kernels of the random op pack: vectorised Threefry-2x32 and the SVD square root."""
 
-KERNELS = {}
+import numpy as np
+
+from lazyx.plugins import random as rd
+
+_u32 = np.uint32
+_UINT = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+         8: np.dtype(np.uint64)}
+_ROTATIONS = rd.RandomBits.ROTATIONS
+_PARITY = _u32(rd.RandomBits.PARITY)
+
+
+def threefry2x32(k0, k1, x0, x1):
+    """Threefry-2x32 (20 rounds) of counter pairs ``(x0, x1)`` under keys ``(k0, k1)``.
+
+    All four are ``uint32`` arrays of at least one dimension that broadcast
+    together. Returns the two output words, as new arrays of the broadcast shape.
+    """
+    ks = (k0, k1, k0 ^ k1 ^ _PARITY)
+    x0, x1 = np.broadcast_arrays(x0 + k0, x1 + k1)
+    x0 = np.array(x0, dtype=_u32)
+    x1 = np.array(x1, dtype=_u32)
+    tmp = np.empty_like(x1)
+    for i in range(5):
+        for r in _ROTATIONS[i & 1]:
+            x0 += x1
+            np.left_shift(x1, r, out=tmp)
+            x1 >>= 32 - r
+            x1 |= tmp
+            x1 ^= x0
+        x0 += ks[(i + 1) % 3]
+        x1 += ks[(i + 2) % 3] + _u32(i + 1)
+    return x0, x1
+
+
+def _random_bits(p, ins):
+    keys = ins[0]
+    batch = keys.shape[:-1]
+    keys = keys.reshape(-1, 2)
+    n = 1
+    for s in p.shape:
+        n *= s
+    nbytes = n * p.width
+    nwords = (nbytes + 3) // 4
+    half = (nwords + 1) // 2
+    x0 = np.arange(half, dtype=_u32)
+    x1 = x0 + _u32(half)
+    if nwords & 1:
+        x1[-1] = 0
+    y0, y1 = threefry2x32(keys[:, :1], keys[:, 1:], x0, x1)
+    words = np.concatenate((y0, y1[:, : nwords - half]), axis=1)
+    if p.width != 4:
+        words = np.ascontiguousarray(words.view(np.uint8)[:, :nbytes]).view(_UINT[p.width])
+    return words.reshape(batch + p.shape)
+
+
+def _matrix_sqrt(p, ins):
+    c = ins[0]
+    if c.size == 0:
+        return np.zeros(c.shape, np.float32)
+    u, s, vt = np.linalg.svd(c.astype(np.float64))
+    return np.matmul(u * np.sqrt(s)[..., None, :], vt).astype(np.float32)
+
+
+KERNELS = {
+    rd.RandomBits: _random_bits,
+    rd.MatrixSqrt: _matrix_sqrt,
+}

@@ -1,3 +1,122 @@
-"""NumPy kernels of the shapes op pack."""
+"""NumPy kernels of the shapes op pack.
 
-KERNELS = {}
+Most return views of their input (reshape, transpose, broadcast, split, diagonal,
+strided and typed views): buffers are immutable, so sharing memory is safe.
+"""
+
+import numpy as np
+
+from lazyx.errors import IndexOutOfRangeError
+from lazyx.plugins import shapes as sh
+
+_as_strided = np.lib.stride_tricks.as_strided
+
+
+def _reshape(p, ins):
+    return ins[0].reshape(p.shape)
+
+
+def _flatten(p, ins):
+    x = ins[0]
+    return x.reshape(sh._flattened(x.shape, p.start_axis, p.end_axis))
+
+
+def _unflatten(p, ins):
+    x = ins[0]
+    s = x.shape
+    return x.reshape(s[:p.axis] + p.shape + s[p.axis + 1:])
+
+
+def _concatenate(p, ins):
+    return np.concatenate(ins, axis=p.axis)
+
+
+def _split(p, ins):
+    return tuple(np.split(ins[0], list(p.indices), axis=p.axis))
+
+
+def _pad(p, ins):
+    x, v = ins
+    shape = list(x.shape)
+    inner = [slice(None)] * x.ndim
+    for ax, lo, hi in zip(p.axes, p.low_pad_size, p.high_pad_size):
+        shape[ax] += lo + hi
+        inner[ax] = slice(lo, lo + x.shape[ax])
+    out = np.empty(shape, dtype=x.dtype)
+    out[...] = v
+    out[tuple(inner)] = x
+    return out
+
+
+def _starts(p, start, a_shape, sizes):
+    """Wrapped start positions; raise if a block leaves the array (MLX reads out of bounds)."""
+    return sh._check_starts(start, p.axes, a_shape, sizes, p.name)
+
+
+def _dynamic_slice(p, ins):
+    x, start = ins
+    key = [slice(0, s) for s in p.slice_size]
+    for ax, b in zip(p.axes, _starts(p, start, x.shape, p.slice_size)):
+        key[ax] = slice(b, b + p.slice_size[ax])
+    return x[tuple(key)]
+
+
+def _dynamic_slice_update(p, ins):
+    x, u, start = ins
+    nd = x.ndim
+    padded = (1,) * (nd - u.ndim) + u.shape
+    block = tuple(padded[i] if i in p.axes else x.shape[i] for i in range(nd))
+    key = [slice(None)] * nd
+    for ax, b in zip(p.axes, _starts(p, start, x.shape, block)):
+        key[ax] = slice(b, b + block[ax])
+    out = x.copy()
+    out[tuple(key)] = u.reshape(padded)
+    return out
+
+
+def _as_strided_kernel(p, ins):
+    x = ins[0]
+    if 0 in p.shape:
+        return np.empty(p.shape, dtype=x.dtype)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if not (0 <= p.offset < flat.size):
+        raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array of "
+                                   f"{flat.size} elements.")
+    item = flat.itemsize
+    return _as_strided(flat[p.offset:], shape=p.shape,
+                       strides=tuple(s * item for s in p.strides), writeable=False)
+
+
+def _view(p, ins):
+    x = ins[0]
+    if x.ndim == 0:
+        return x.view(p.dtype.np)
+    return np.ascontiguousarray(x).view(p.dtype.np)
+
+
+def _contiguous(p, ins):
+    x = ins[0]
+    if p.allow_col_major and x.flags.f_contiguous:
+        return x
+    return np.ascontiguousarray(x)
+
+
+KERNELS = {
+    sh.Reshape: _reshape,
+    sh.Flatten: _flatten,
+    sh.Unflatten: _unflatten,
+    sh.Squeeze: lambda p, ins: np.squeeze(ins[0], axis=p.axes),
+    sh.ExpandDims: lambda p, ins: np.expand_dims(ins[0], p.axes),
+    sh.Transpose: lambda p, ins: ins[0].transpose(p.axes),
+    sh.BroadcastTo: lambda p, ins: np.broadcast_to(ins[0], p.shape),
+    sh.Concatenate: _concatenate,
+    sh.Split: _split,
+    sh.Pad: _pad,
+    sh.DynamicSlice: _dynamic_slice,
+    sh.DynamicSliceUpdate: _dynamic_slice_update,
+    sh.AsStrided: _as_strided_kernel,
+    sh.View: _view,
+    sh.Contiguous: _contiguous,
+    sh.Diagonal: lambda p, ins: np.diagonal(ins[0], p.offset, p.axis1, p.axis2),
+    sh.Diag: lambda p, ins: np.diag(ins[0], p.k),
+}

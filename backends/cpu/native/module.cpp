@@ -1,9 +1,170 @@
-// lazyx.backends.cpu._native: native CPU kernels (placeholder while the module grows).
+// lazyx.backends.cpu._native: the cpu backend's native kernels and its NumPy
+// allocation handler (memory accounting). The Python side
+// (backends/cpu/native_kernels.py) decides when a kernel applies and
+// allocates outputs with NumPy, so they are counted like every other buffer.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <cstdint>
+#include <string>
+
+#include "allocator.h"
+#include "kernels.h"
+#include "parallel.h"
 
 namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+template <class T>
+using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
+template <class T>
+using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
+
+PyObject* g_handler = nullptr;  // lazyx's "mem_handler" capsule, alive for the process
+
+size_t checked_limit(int64_t limit, const char* what) {
+  if (limit < 0) throw nb::value_error((std::string("[") + what + "] The limit must be >= 0, got " +
+                                        std::to_string(limit) + ".").c_str());
+  return static_cast<size_t>(limit);
+}
+
+// rows of `n` elements in x, with `out_per_row` outputs each in out.
+template <class A, class B>
+size_t rows_of(const A& x, const B& out, size_t n, size_t out_per_row, const char* name) {
+  if (n == 0 || x.size() % n != 0)
+    throw nb::value_error((std::string("[") + name + "] Row length " + std::to_string(n) +
+                           " does not divide the input size " + std::to_string(x.size()) + ".").c_str());
+  const size_t rows = x.size() / n;
+  if (out.size() != rows * out_per_row)
+    throw nb::value_error((std::string("[") + name + "] The output has " + std::to_string(out.size()) +
+                           " elements, expected " + std::to_string(rows * out_per_row) + ".").c_str());
+  return rows;
+}
+
+template <class T>
+void bind_row_kernels(nb::module_& m, const char* suffix, lazyx::Dtype dt) {
+  const std::string sm = std::string("softmax_") + suffix, lse = std::string("logsumexp_") + suffix;
+  m.def(
+      sm.c_str(),
+      [dt](In<T> x, Out<T> out, size_t n) {
+        const size_t rows = rows_of(x, out, n, n, "softmax");
+        nb::gil_scoped_release release;
+        lazyx::softmax_rows(dt, x.data(), out.data(), rows, n);
+      },
+      "x"_a.noconvert(), "out"_a.noconvert(), "n"_a,
+      "Softmax of each row of n contiguous elements of x, written to out.");
+  m.def(
+      lse.c_str(),
+      [dt](In<T> x, Out<T> out, size_t n) {
+        const size_t rows = rows_of(x, out, n, 1, "logsumexp");
+        nb::gil_scoped_release release;
+        lazyx::logsumexp_rows(dt, x.data(), out.data(), rows, n);
+      },
+      "x"_a.noconvert(), "out"_a.noconvert(), "n"_a,
+      "log(sum(exp(row))) of each row of n contiguous elements of x, written to out.");
+}
+
+}  // namespace
 
 NB_MODULE(_native, m) {
-  m.doc() = "Native CPU kernels of lazyx's cpu backend.";
-  m.def("version", []() { return 1; });
+  m.doc() = "Native CPU kernels and the memory-accounting allocator of lazyx's cpu backend.";
+  if (_import_array() < 0) throw nb::python_error();
+  g_handler = lazyx::memory::new_handler_capsule();
+  if (g_handler == nullptr) throw nb::python_error();
+
+  m.def("version", []() { return 2; });
+
+  // -- memory ---------------------------------------------------------------
+  m.def(
+      "enter_eval",
+      []() {
+        PyObject* previous = PyDataMem_SetHandler(g_handler);
+        if (previous == nullptr) throw nb::python_error();
+        return nb::steal(previous);
+      },
+      "Install lazyx's allocation handler in the current context; returns the previous "
+      "handler, to give to exit_eval.");
+  m.def(
+      "exit_eval",
+      [](nb::handle token) {
+        PyObject* t = token.is_none() ? nullptr : token.ptr();
+        if (t != nullptr && !PyCapsule_IsValid(t, "mem_handler"))
+          throw nb::type_error("[exit_eval] The token must be what enter_eval returned.");
+        PyObject* previous = PyDataMem_SetHandler(t);
+        if (previous == nullptr) throw nb::python_error();
+        Py_DECREF(previous);
+      },
+      "token"_a.none(), "Restore the allocation handler enter_eval replaced.");
+  m.def(
+      "memory_stats",
+      []() {
+        const auto s = lazyx::memory::stats();
+        nb::dict d;
+        d["active"] = s.active;
+        d["peak"] = s.peak;
+        d["cache"] = s.cache;
+        return d;
+      },
+      "{'active', 'peak', 'cache'} in bytes, for buffers lazyx's handler allocated.");
+  m.def("reset_peak_memory", &lazyx::memory::reset_peak, "Set the peak to the current active bytes.");
+  m.def("clear_cache", &lazyx::memory::clear_cache, "Return every cached block to the system.");
+  m.def("get_memory_limit", &lazyx::memory::memory_limit);
+  m.def("get_cache_limit", &lazyx::memory::cache_limit);
+  m.def(
+      "set_memory_limit",
+      [](int64_t limit) { return lazyx::memory::set_memory_limit(checked_limit(limit, "set_memory_limit")); },
+      "limit"_a, "Set the memory limit in bytes; returns the previous one.");
+  m.def(
+      "set_cache_limit",
+      [](int64_t limit) { return lazyx::memory::set_cache_limit(checked_limit(limit, "set_cache_limit")); },
+      "limit"_a, "Set the cache limit in bytes; returns the previous one.");
+
+  // -- threads --------------------------------------------------------------
+  m.def("get_num_threads", &lazyx::num_threads, "Threads a kernel may use.");
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        if (n < 1) throw nb::value_error(("[set_num_threads] n must be >= 1, got " + std::to_string(n) + ".").c_str());
+        return lazyx::set_num_threads(n);
+      },
+      "n"_a, "Set the threads a kernel may use; returns the previous number.");
+  m.def("build_info", []() {
+    nb::dict d;
+#if defined(LAZYX_MARCH_NATIVE)
+    d["march_native"] = true;
+#else
+    d["march_native"] = false;
+#endif
+#if defined(__AVX512F__)
+    d["simd"] = "avx512";
+#elif defined(__AVX2__)
+    d["simd"] = "avx2";
+#elif defined(__SSE2__)
+    d["simd"] = "sse2";
+#else
+    d["simd"] = "generic";
+#endif
+    return d;
+  });
+
+  // -- kernels --------------------------------------------------------------
+  bind_row_kernels<float>(m, "float32", lazyx::Dtype::float32);
+  // float16 and bfloat16 arrive as uint16 views of their bits.
+  bind_row_kernels<uint16_t>(m, "float16", lazyx::Dtype::float16);
+  bind_row_kernels<uint16_t>(m, "bfloat16", lazyx::Dtype::bfloat16);
+  m.def(
+      "sum_float32",
+      [](In<float> x, Out<float> out, size_t n) {
+        const size_t rows = rows_of(x, out, n, 1, "sum");
+        nb::gil_scoped_release release;
+        lazyx::sum_rows_f32(x.data(), out.data(), rows, n);
+      },
+      "x"_a.noconvert(), "out"_a.noconvert(), "n"_a,
+      "Sum of each row of n contiguous float32 elements of x, written to out.");
 }

@@ -1,0 +1,22 @@
+// Row kernels of the cpu backend. Each takes `rows` contiguous rows of `n`
+// elements; they run with the GIL released and split rows over threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lazyx {
+
+enum class Dtype { float32, float16, bfloat16 };
+
+// out[r, :] = softmax(x[r, :]); x and out hold rows * n elements of `dt`.
+void softmax_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n);
+
+// out[r] = log(sum(exp(x[r, :]))).
+void logsumexp_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n);
+
+// out[r] = sum(x[r, :]) for float32, accumulated in blocks of float32 lanes
+// whose totals are added in double.
+void sum_rows_f32(const float* x, float* out, size_t rows, size_t n);
+
+}  // namespace lazyx

@@ -1,0 +1,165 @@
+#include "parallel.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace lazyx {
+
+namespace {
+
+std::atomic<int> g_threads{0};  // 0: not chosen yet
+
+struct Job {
+  detail::ChunkFn fn;
+  void* ctx;
+  size_t n, chunk, chunks;
+  size_t max_helpers;
+  std::atomic<size_t> next{0}, done{0}, helpers{0};
+
+  void work() {
+    for (;;) {
+      const size_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= chunks) return;
+      const size_t b = c * chunk;
+      fn(ctx, b, std::min(n, b + chunk));
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+class Pool {
+ public:
+  // Make sure `helpers` threads exist; false if none could be started.
+  bool ensure(size_t helpers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (workers_ < helpers) {
+      try {
+        std::thread(&Pool::loop, this).detach();
+      } catch (...) {
+        break;
+      }
+      ++workers_;
+    }
+    return workers_ > 0;
+  }
+
+  void post(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+      ++generation_;
+    }
+    cv_.notify_all();
+  }
+
+  void retire(const std::shared_ptr<Job>& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_ == job) job_.reset();
+  }
+
+  std::mutex run_mu;  // one parallel kernel at a time; others run serially
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        job = job_;
+      }
+      if (job && job->helpers.fetch_add(1, std::memory_order_relaxed) < job->max_helpers) job->work();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<Job> job_;
+  uint64_t generation_ = 0;
+  size_t workers_ = 0;
+};
+
+// Never destroyed (helpers block in it until the process ends); a fork()ed
+// child, which has none of the parent's helpers, gets a new one.
+Pool& pool() {
+  static Pool* p = nullptr;
+  static pid_t owner = 0;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const pid_t pid = getpid();
+  if (p == nullptr || owner != pid) {
+    p = new Pool();
+    owner = pid;
+  }
+  return *p;
+}
+
+}  // namespace
+
+int default_num_threads() {
+#if defined(__linux__)
+  // The CPUs this process may run on, which a container may set below
+  // hardware_concurrency().
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+#endif
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    n = default_num_threads();
+    g_threads.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+int set_num_threads(int n) {
+  const int previous = num_threads();
+  g_threads.store(n, std::memory_order_relaxed);
+  return previous;
+}
+
+namespace detail {
+
+void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads) {
+  Pool& p = pool();
+  std::unique_lock<std::mutex> running(p.run_mu, std::try_to_lock);
+  if (!running.owns_lock() || !p.ensure(threads - 1)) {
+    fn(ctx, 0, n);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = fn;
+  job->ctx = ctx;
+  job->n = n;
+  job->chunk = chunk;
+  job->chunks = (n + chunk - 1) / chunk;
+  job->max_helpers = threads - 1;
+  p.post(job);
+  job->work();
+  // Chunks a helper claimed may still be running; fn and ctx must outlive them.
+  while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
+  p.retire(job);
+}
+
+}  // namespace detail
+
+}  // namespace lazyx

@@ -1,0 +1,306 @@
+"""The cpu backend's native kernels against float64 NumPy and the reference kernels.
+
+The module's functions are checked directly (row lengths around the vector
+width and block size, extreme values, threads) and through the backend's
+kernels, which must fall back to the NumPy kernel for every layout they do not
+cover and still agree with the ``cpu-reference`` backend.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lazyx.core as mx
+from lazyx.backend import backends
+from lazyx.backends.cpu import native_kernels
+from helpers import FLOAT_DTYPES, TOLERANCES, assert_close, random_array, to_lazyx
+
+native = native_kernels.load()
+pytestmark = pytest.mark.skipif(native is None, reason="the native module was not built")
+
+HALF_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+NATIVE_DTYPES = ["float32", "float16", "bfloat16"]
+ROW_LENGTHS = [1, 3, 15, 16, 17, 255, 256, 257, 1000]
+
+
+def np_dtype(name):
+    return HALF_DTYPES.get(name, np.dtype(name))
+
+
+def run_native(prefix, x, n, reduces):
+    """Call the module's ``<prefix>_<dtype>`` on rows of ``n`` elements of ``x``."""
+    fn = getattr(native, f"{prefix}_{x.dtype.name}")
+    out = np.empty((x.size // n,) if reduces else x.shape, x.dtype)
+    if x.dtype.itemsize == 2:
+        fn(x.view(np.uint16), out.view(np.uint16), n)
+    else:
+        fn(x, out, n)
+    return out
+
+
+def softmax64(x):
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+
+def logsumexp64(x):
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = x.max(-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        return (np.log(np.exp(x - m).sum(-1, keepdims=True)) + m)[..., 0]
+
+
+def assert_matches(got, expected64):
+    """``got`` (a NumPy array of dtype d) equals the float64 ``expected64`` rounded to d."""
+    r, a = TOLERANCES[got.dtype.name]
+    np.testing.assert_allclose(got.astype(np.float64), expected64.astype(got.dtype).astype(np.float64),
+                               rtol=r, atol=a, equal_nan=True)
+
+
+@pytest.fixture
+def threads():
+    """Set the module's thread count for one test."""
+    previous = native.get_num_threads()
+    yield native.set_num_threads
+    native.set_num_threads(previous)
+
+
+# -- the module's functions ------------------------------------------------------
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES)
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+def test_softmax_and_logsumexp_rows(dtype, n):
+    x = np.random.default_rng(n).normal(0, 3, (7, n)).astype(np_dtype(dtype))
+    s = run_native("softmax", x, n, False)
+    assert s.dtype == x.dtype and s.shape == x.shape
+    assert_matches(s, softmax64(x))
+    lse = run_native("logsumexp", x, n, True)
+    assert lse.dtype == x.dtype and lse.shape == (7,)
+    assert_matches(lse, logsumexp64(x))
+
+
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES)
+def test_rows_of_length_one(dtype):
+    x = np.array([[-3.0], [0.0], [1e4], [-np.inf], [np.inf]], np_dtype(dtype))
+    s = run_native("softmax", x, 1, False).astype(np.float64)
+    np.testing.assert_array_equal(s[:3, 0], [1.0, 1.0, 1.0])
+    assert np.isnan(s[3:]).all()  # exp(x - max) is inf - inf there, as in NumPy
+    lse = run_native("logsumexp", x, 1, True).astype(np.float64)
+    np.testing.assert_array_equal(lse, x[:, 0].astype(np.float64))
+
+
+def test_huge_values_are_stable():
+    x = np.array([[3e38, 3e38, -3e38, 1e38], [1e4, 1e4 + 1, 1e4 - 1, -1e4],
+                  [-1e30, -1e30 + 1e24, -2e30, -1e30]], np.float32)
+    s = run_native("softmax", x, 4, False)
+    assert np.isfinite(s).all()
+    assert_matches(s, softmax64(x))
+    lse = run_native("logsumexp", x, 4, True)
+    assert_matches(lse, logsumexp64(x))
+
+
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES)
+def test_infinities_and_nan(dtype):
+    inf, nan = np.inf, np.nan
+    x = np.array([[1.0, -inf, 2.0, -inf], [-inf] * 4, [inf, 1.0, 2.0, 3.0],
+                  [nan, 1.0, 2.0, 3.0], [inf, nan, -inf, 0.0], [-inf, -inf, 5.0, -inf]],
+                 np_dtype(dtype))
+    s = run_native("softmax", x, 4, False).astype(np.float64)
+    ref = softmax64(x)
+    np.testing.assert_array_equal(s[[0, 5]] == 0, ref[[0, 5]] == 0)  # exp(-inf) is exactly 0
+    assert_matches(s.astype(x.dtype), ref)
+    assert np.isnan(s[1:5]).all()
+    lse = run_native("logsumexp", x, 4, True).astype(np.float64)
+    np.testing.assert_array_equal(lse[1:], [-inf, inf, nan, nan, 5.0])
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 3, 7])
+def test_threads_and_odd_row_counts(threads, num_threads):
+    threads(num_threads)
+    x = random_array((13, 40_001), mx.float32, low=-20, high=20)  # enough work for 7 threads
+    assert_matches(run_native("softmax", x, 40_001, False), softmax64(x))
+    assert_matches(run_native("logsumexp", x, 40_001, True), logsumexp64(x))
+    s = run_native("sum", x, 40_001, True)
+    np.testing.assert_allclose(s, x.astype(np.float64).sum(-1), rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    # One long row splits across threads.
+    y = x.reshape(-1)
+    total = run_native("sum", y, y.size, True)[0]
+    np.testing.assert_allclose(total, y.astype(np.float64).sum(), rtol=1e-5, atol=1e-6 * np.abs(y).sum())
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (1, 300_001), (5, 70_000), (70_000, 3)])
+def test_sum_rows(shape):
+    x = random_array(shape, mx.float32, gen=np.random.default_rng(1))
+    got = run_native("sum", x, shape[1], True)
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(-1), rtol=1e-5,
+                               atol=1e-6 * np.abs(x).sum(-1).max())
+    y = x.copy()
+    y[0, -1] = np.nan
+    assert np.isnan(run_native("sum", y, shape[1], True)[0])
+
+
+def test_bad_arguments_raise():
+    x = np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="Row length 5"):
+        native.softmax_float32(x, np.empty_like(x), 5)
+    with pytest.raises(ValueError, match="output has 6 elements, expected 4"):
+        native.logsumexp_float32(x, np.empty(6, np.float32), 6)
+    with pytest.raises(TypeError):  # strided input: no silent copy
+        native.softmax_float32(x[:, ::2], np.empty((4, 3), np.float32), 3)
+    with pytest.raises(TypeError):  # wrong dtype: no silent conversion
+        native.sum_float32(x.astype(np.float64), np.empty(4, np.float32), 6)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        native.set_num_threads(0)
+
+
+# -- the backend's kernels ---------------------------------------------------------
+def primitive_class(module, name):
+    cls = native_kernels._primitive(module, name)
+    if cls is None:
+        pytest.skip(f"lazyx.plugins.{module}.{name} does not exist yet")
+    return cls
+
+
+def kernel_pair(cls):
+    cpu, ref = backends()["cpu"], backends()["cpu-reference"]
+    if cls not in cpu.kernels or cls not in ref.kernels:
+        pytest.skip(f"{cls.__name__} has no NumPy kernel yet")
+    return cpu.kernels[cls], ref.kernels[cls]
+
+
+def counting(fn):
+    def wrapper(prim, inputs):
+        wrapper.calls += 1
+        return fn(prim, inputs)
+    wrapper.calls = 0
+    return wrapper
+
+
+def make_prim(cls, axes, **params):
+    return cls(mx.default_stream(mx.cpu), axes=axes, **params)
+
+
+# (primitive module, class, extra params, float64 reference of (x, axes, keepdims))
+def _ref_softmax(x, axes, keepdims):
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axes, keepdims=True))
+        return e / e.sum(axes, keepdims=True)
+
+
+def _ref_logsumexp(x, axes, keepdims):
+    x = x.astype(np.float64)
+    m = x.max(axes, keepdims=True)
+    r = np.log(np.exp(x - m).sum(axes, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axes)
+
+
+CASES = {
+    "softmax": ("products", "Softmax", {"precise": False}, _ref_softmax),
+    "logsumexp": ("reductions", "LogSumExp", {"keepdims": False}, _ref_logsumexp),
+    "logsumexp_keepdims": ("reductions", "LogSumExp", {"keepdims": True}, _ref_logsumexp),
+}
+
+# (shape, axes, takes the native path)
+LAYOUTS = [((6, 33), (1,), True), ((2, 3, 40), (1, 2), True), ((2, 3, 40), (2, 1), True),
+           ((5, 7), (0,), False), ((4, 5, 6), (0, 2), False), ((9,), (0,), True),
+           ((2, 3, 4), (0, 1, 2), True)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: f"{l[0]}-{l[1]}")
+def test_kernels_match_reference_and_fall_back(case, dtype, layout):
+    module, name, params, ref64 = CASES[case]
+    cls = primitive_class(module, name)
+    kernel, reference = kernel_pair(cls)
+    shape, axes, fast = layout
+    x = random_array(shape, dtype, gen=np.random.default_rng(3))
+    spy = counting(reference)
+    by_dtype = {np.dtype(np.float32): (getattr(native, f"{case.split('_')[0]}_float32"), None)}
+    for half, npd in HALF_DTYPES.items():
+        by_dtype[npd] = (getattr(native, f"{case.split('_')[0]}_{half}"), np.uint16)
+    spied = native_kernels._row_kernel(by_dtype, spy, reduces=name == "LogSumExp")
+    prim = make_prim(cls, axes, **params)
+    keepdims = params.get("keepdims", True)
+    expected = ref64(x, axes, keepdims)
+    for k in (kernel, spied):
+        got = k(prim, [x])
+        assert got.dtype == x.dtype and got.shape == expected.shape
+        assert_matches(got, expected)
+    np.testing.assert_allclose(kernel(prim, [x]).astype(np.float64),
+                               reference(prim, [x]).astype(np.float64),
+                               rtol=TOLERANCES[dtype.name][0] * 4, atol=TOLERANCES[dtype.name][1] * 4)
+    native_path = fast and dtype is not mx.float64
+    assert spy.calls == (0 if native_path else 1)
+    # Transposed and sliced inputs are not C-contiguous: the reference computes them.
+    spy.calls = 0
+    xt = np.asarray(random_array(shape[::-1], dtype)).T
+    got = spied(prim, [xt])
+    assert_matches(got, ref64(xt, axes, keepdims))
+    assert spy.calls == 1 or xt.flags.c_contiguous
+    if x.ndim >= 1 and x.shape[-1] > 2:
+        spy.calls = 0
+        xs = x[..., ::2]
+        assert_matches(spied(prim, [xs]), ref64(xs, axes, keepdims))
+        assert spy.calls == 1
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("shape,axes", [((70_000,), (0,)), ((3, 40_000), (1,)), ((4, 200, 100), (1, 2)),
+                                        ((4, 200, 100), (0,)), ((300, 300), (0, 1))])
+def test_sum_kernel(shape, axes, keepdims):
+    cls = primitive_class("reductions", "Reduce")
+    kernel, reference = kernel_pair(cls)
+    x = random_array(shape, mx.float32, gen=np.random.default_rng(5))
+    prim = cls(mx.default_stream(mx.cpu), "sum", axes, keepdims)
+    got = kernel(prim, [x])
+    expected = x.astype(np.float64).sum(axes, keepdims=keepdims)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    np.testing.assert_allclose(got, reference(prim, [x]), rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    # Other ops and dtypes are the reference's.
+    prim_max = cls(mx.default_stream(mx.cpu), "max", axes, keepdims)
+    np.testing.assert_array_equal(kernel(prim_max, [x]), reference(prim_max, [x]))
+    xt = x.T
+    prim_t = cls(mx.default_stream(mx.cpu), "sum", tuple(range(x.ndim - len(axes), x.ndim)), keepdims)
+    np.testing.assert_allclose(kernel(prim_t, [xt]), xt.astype(np.float64).sum(prim_t.axes, keepdims=keepdims),
+                               rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+
+
+# -- through the public API, both backends -----------------------------------------
+def both_backends(fn, *args):
+    with mx.use_backend("cpu", "cpu-reference"):
+        ref = np.asarray(fn(*args)).astype(np.float64)
+    with mx.use_backend("cpu", "cpu"):
+        got = fn(*args)
+    return got, ref
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.name)
+def test_public_ops_agree_across_backends(dtype):
+    x = to_lazyx(random_array((33, 257), dtype, low=-30, high=30))
+    ops = [lambda a: mx.logsumexp(a, axis=-1), lambda a: mx.logsumexp(a, axis=(0, 1), keepdims=True),
+           lambda a: mx.sum(a, axis=1)]
+    if hasattr(mx, "softmax"):
+        ops += [lambda a: mx.softmax(a, axis=-1), lambda a: mx.softmax(a, axis=0)]
+    if hasattr(mx, "transpose"):  # a strided view: the reference kernel serves it
+        ops += [lambda a: mx.logsumexp(mx.transpose(a), axis=-1)]
+        if hasattr(mx, "softmax"):
+            ops += [lambda a: mx.softmax(mx.transpose(a), axis=-1)]
+    for i, op in enumerate(ops):
+        got, ref = both_backends(op, x)
+        r, a = TOLERANCES[dtype.name]
+        assert_close(got, ref, dtype=dtype, rtol=2 * r, atol=2 * a, msg=f"op {i}")
+
+
+def test_native_kernels_are_installed_on_cpu_only():
+    table = native_kernels.kernels(native)
+    cpu, ref = backends()["cpu"], backends()["cpu-reference"]
+    assert table, "the native module serves no primitive"
+    for cls, fn in table.items():
+        assert fn.reference is ref.kernels[cls]
+        assert getattr(cpu.kernels[cls], "reference", None) is ref.kernels[cls]
+    assert native_kernels.kernels(None) == {}
