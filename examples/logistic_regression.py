@@ -15,7 +15,7 @@ import lazyx.core as mx
 
 def make_data(n: int, d: int, key):
     k1, k2, k3 = mx.random.split(key, 3)
-    direction = mx.random.normal((d,), key=k1)
+    direction = 0.15 * mx.random.normal((d,), key=k1)
     labels = mx.random.bernoulli(0.5, (n,), key=k2)
     centers = mx.where(labels[:, None], direction, -direction)
     x = centers + 1.5 * mx.random.normal((n, d), key=k3)
@@ -37,7 +37,9 @@ def accuracy(w, b, x, y):
 
 def main(steps: int = 200, lr: float = 0.5):
     mx.random.seed(0)
-    x, y = make_data(4096, 32, mx.random.key(42))
+    x_all, y_all = make_data(5120, 32, mx.random.key(42))
+    x, y = x_all[:4096], y_all[:4096]
+    x_test, y_test = x_all[4096:], y_all[4096:]
     w, b = mx.zeros((32,)), mx.array(0.0)
     start = time.perf_counter()
     for step in range(steps):
@@ -45,10 +47,13 @@ def main(steps: int = 200, lr: float = 0.5):
         w, b = w - lr * gw, b - lr * gb
         mx.eval(w, b, loss)
         if step % 50 == 0 or step == steps - 1:
-            print(f"step {step:4d}  loss {loss.item():.4f}  accuracy {accuracy(w, b, x, y).item():.3f}")
+            print(f"step {step:4d}  loss {loss.item():.4f}  train accuracy "
+                  f"{accuracy(w, b, x, y).item():.3f}")
     elapsed = time.perf_counter() - start
-    print(f"{steps} steps in {elapsed:.2f} s ({steps / elapsed:.0f} steps/s)")
-    return loss.item(), accuracy(w, b, x, y).item()
+    test_acc = accuracy(w, b, x_test, y_test).item()
+    print(f"{steps} steps in {elapsed:.2f} s ({steps / elapsed:.0f} steps/s); "
+          f"held-out accuracy {test_acc:.3f}")
+    return loss.item(), test_acc
 
 
 if __name__ == "__main__":
