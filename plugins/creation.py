@@ -16,7 +16,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
-from lazyx.errors import DtypeError, ShapeError
+from lazyx.errors import ArgumentError, DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -121,6 +121,20 @@ class Tri(_Banded):
     __slots__ = ()
 
 
+class Window(Creation):
+    """A float32 tapering window of ``m`` points; ``kind`` names it (``"hanning"`` ...)."""
+
+    __slots__ = ("kind", "m")
+
+    def __init__(self, stream, kind, m):
+        super().__init__(stream)
+        self.kind = kind
+        self.m = m
+
+    def output_shapes(self, inputs):
+        return [(self.m,)]
+
+
 # -- argument checks ---------------------------------------------------------
 def _shape(shape, op: str) -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
@@ -157,7 +171,7 @@ def _int(value, name: str, op: str) -> int:
 def _size(value, name: str, op: str) -> int:
     n = _int(value, name, op)
     if n < 0:
-        raise ShapeError(f"[{op}] {name} must be non-negative, got {n}.")
+        raise ArgumentError(f"[{op}] {name} must be non-negative, got {n}.")
     return n
 
 
@@ -316,9 +330,9 @@ def arange(start=None, stop=None, step=None, dtype=None, *, stream=None) -> arra
     if d is dt.bool_:
         raise DtypeError("[arange] bool is not supported for arange.")
     if step == 0:
-        raise ShapeError("[arange] step must be nonzero.")
+        raise ArgumentError("[arange] step must be nonzero.")
     if not all(math.isfinite(v) for v in (start, stop, step)):
-        raise ShapeError(f"[arange] Cannot compute the length of arange({start}, {stop}, {step}).")
+        raise ArgumentError(f"[arange] Cannot compute the length of arange({start}, {stop}, {step}).")
     n = _arange_length(start, stop, step)
     return lazy((n,), d, Arange(to_stream(stream), start, stop, step, d), ())
 
@@ -336,7 +350,7 @@ def linspace(start, stop, num=50, endpoint: bool = True, dtype=dt.float32, *,
     """
     num = 50 if num is None else _int(num, "num", "linspace")
     if num < 0:
-        raise ShapeError(f"[linspace] number of samples, {num}, must be non-negative.")
+        raise ArgumentError(f"[linspace] number of samples, {num}, must be non-negative.")
     d = _dtype(dtype, dt.float32)
     try:
         start, stop = float(start), float(stop)
@@ -406,6 +420,39 @@ def triu(x, k: int = 0, *, stream=None) -> array:
     return mx.where(mask, zero, x, stream=stream)
 
 
+# -- windows -----------------------------------------------------------------
+def _window(kind, doc):
+    def op(M: int, *, stream=None) -> array:
+        # A negative length gives an empty window, as in MLX and NumPy.
+        m = max(_int(M, "M", kind), 0)
+        return lazy((m,), dt.float32, Window(to_stream(stream), kind, m), ())
+    op.__name__ = op.__qualname__ = kind
+    op.__doc__ = doc
+    return op
+
+
+_WINDOW_DOC = """The {title} window: ``M`` float32 points,
+
+    .. math::
+       {formula} \\qquad 0 \\le n \\le M-1
+
+    Args:
+        M: number of points in the window (an empty window when ``M <= 0``).
+    Returns:
+        a 1-D float32 array, its maximum normalised to one (the value one
+        appears only when ``M`` is odd).
+    """
+
+bartlett = _window("bartlett", _WINDOW_DOC.format(
+    title="Bartlett (triangular)", formula=r"w(n) = 1 - \\frac{2|n - (M-1)/2|}{M-1}"))
+blackman = _window("blackman", _WINDOW_DOC.format(
+    title="Blackman", formula=r"w(n) = 0.42 - 0.5 \\cos\\frac{2\\pi n}{M-1} + 0.08 \\cos\\frac{4\\pi n}{M-1}"))
+hamming = _window("hamming", _WINDOW_DOC.format(
+    title="Hamming", formula=r"w(n) = 0.54 - 0.46 \\cos\\frac{2\\pi n}{M-1}"))
+hanning = _window("hanning", _WINDOW_DOC.format(
+    title="Hann", formula=r"w(n) = 0.5 - 0.5 \\cos\\frac{2\\pi n}{M-1}"))
+
+
 def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -> tuple:
     """Coordinate grids from coordinate arrays (flattened when not 1-D).
 
@@ -419,7 +466,7 @@ def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -
         a tuple of arrays, one per input.
     """
     if indexing not in ("xy", "ij"):
-        raise ValueError(f"[meshgrid] Invalid indexing value {indexing!r}. "
+        raise ArgumentError(f"[meshgrid] Invalid indexing value {indexing!r}. "
                          f"Valid values are 'xy' and 'ij'.")
     arrays = [as_array(a) for a in arrays]
     if len(arrays) < 2:
@@ -442,11 +489,11 @@ def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -
     return tuple(out)
 
 
-PRIMITIVES = [Fill, Full, Arange, Linspace, Eye, Tri]
+PRIMITIVES = [Fill, Full, Arange, Linspace, Eye, Tri, Window]
 
 OPS = {f.__name__: f for f in (
     zeros, ones, full, zeros_like, ones_like, full_like, empty, empty_like, arange, linspace,
-    eye, identity, tri, tril, triu, meshgrid)}
+    eye, identity, tri, tril, triu, meshgrid, bartlett, blackman, hamming, hanning)}
 
 
 @hookimpl

@@ -22,7 +22,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
-from lazyx.errors import DtypeError
+from lazyx.errors import ArgumentError, DtypeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -512,7 +512,8 @@ def _abs_rule(d):
     return (None, _f32) if d.kind == "c" else (None, d)
 
 
-def _sign_rule(d):
+def _bool_identity(d):
+    """sign, square: the identity on bool."""
     return None if d.kind == "b" else (None, d)
 
 
@@ -527,10 +528,6 @@ def _integral_identity(d):
     if d.kind == "c":
         return "[{op}] Not supported for complex64."
     return (None, d)
-
-
-def _square_rule(d):
-    return None if d.kind == "b" else (None, d)
 
 
 def _bitwise_unary_rule(d):
@@ -552,7 +549,7 @@ def _complex_to_real(d):
 # -- unary op functions ------------------------------------------------------
 abs = _unary(Abs, "abs", _abs_rule,
              "Element-wise absolute value. Complex inputs give float32 magnitudes.")
-sign = _unary(Sign, "sign", _sign_rule,
+sign = _unary(Sign, "sign", _bool_identity,
               "Element-wise sign: -1, 0 or 1 (``a / |a|`` for complex inputs).")
 negative = _unary(Negative, "negative", _negative_rule, "Element-wise negation: ``-a``.")
 exp = _unary(Exp, "exp", _float,
@@ -566,7 +563,7 @@ log2 = _unary(Log2, "log2", _float, "Element-wise base-2 logarithm.")
 log10 = _unary(Log10, "log10", _float, "Element-wise base-10 logarithm.")
 sqrt = _unary(Sqrt, "sqrt", _float, "Element-wise square root.")
 rsqrt = _unary(Rsqrt, "rsqrt", _float, "Element-wise reciprocal square root: ``1 / sqrt(a)``.")
-square = _unary(Square, "square", _square_rule, "Element-wise square: ``a * a``.")
+square = _unary(Square, "square", _bool_identity, "Element-wise square: ``a * a``.")
 sin = _unary(Sin, "sin", _float, "Element-wise sine.")
 cos = _unary(Cos, "cos", _float, "Element-wise cosine.")
 tan = _unary(Tan, "tan", _float, "Element-wise tangent.")
@@ -708,16 +705,8 @@ def nan_to_num(a, nan: float = 0.0, posinf: float | None = None, neginf: float |
 
 
 # -- binary rules ------------------------------------------------------------
-def _divide_rule(d):
-    return (_f32, _f32) if d.kind in "biu" else (None, d)
-
-
 def _no_complex(d):
     return "[{op}] Not supported for complex64." if d.kind == "c" else (None, d)
-
-
-def _float_no_complex(d):
-    return "[{op}] Not supported for complex64." if d.kind == "c" else _divide_rule(d)
 
 
 def _integer_only(d):
@@ -739,7 +728,7 @@ subtract = _binary(Subtract, "subtract", _same,
                    "Element-wise subtraction with broadcasting: ``a - b``.")
 multiply = _binary(Multiply, "multiply", _same,
                    "Element-wise multiplication with broadcasting: ``a * b``.")
-divide = _binary(Divide, "divide", _divide_rule,
+divide = _binary(Divide, "divide", _float,
                  "Element-wise true division with broadcasting: ``a / b``. "
                  "Integer inputs give float32.")
 floor_divide = _binary(FloorDivide, "floor_divide", _same,
@@ -755,9 +744,9 @@ maximum = _binary(Maximum, "maximum", _same,
                   "Element-wise maximum with broadcasting; NaN propagates.")
 minimum = _binary(Minimum, "minimum", _same,
                   "Element-wise minimum with broadcasting; NaN propagates.")
-logaddexp = _binary(LogAddExp, "logaddexp", _divide_rule,
+logaddexp = _binary(LogAddExp, "logaddexp", _float,
                     "Element-wise ``log(exp(a) + exp(b))``, computed without overflow.")
-arctan2 = _binary(ArcTan2, "arctan2", _float_no_complex,
+arctan2 = _binary(ArcTan2, "arctan2", _float_real,
                   "Element-wise inverse tangent of ``a / b`` using the signs of both to "
                   "choose the quadrant.")
 equal = _binary(Equal, "equal", _to_bool, "Element-wise equality ``a == b``; the result is bool.")
@@ -881,7 +870,7 @@ def clip(a, /, a_min, a_max, *, stream=None) -> array:
         the clipped array, of the promoted dtype of ``a`` and the bounds.
     """
     if a_min is None and a_max is None:
-        raise ValueError("[clip] At most one of a_min and a_max may be None.")
+        raise ArgumentError("[clip] At most one of a_min and a_max may be None.")
     if a_min is not None:
         a = maximum(a, a_min, stream=stream)
     if a_max is not None:
@@ -897,15 +886,14 @@ def _reflect(fn):
     return r
 
 
-def _operand_ok(b) -> bool:
-    return type(b) is array or isinstance(b, _PY_SCALARS + (array, np.ndarray, np.generic))
+_COMPARABLE = _PY_SCALARS + (array, np.ndarray, np.generic)
 
 
 def _compare(fn):
     # == and != with objects that are not array-like fall back to Python's
     # identity comparison (so `x == None` and `x in [None, "a"]` work).
     def op(a, b):
-        if type(b) is array or _operand_ok(b):
+        if type(b) is array or isinstance(b, _COMPARABLE):
             return fn(a, b)
         return NotImplemented
     op.__name__ = f"__{fn.__name__}__"
@@ -925,6 +913,7 @@ def _rdivmod_op(a, b):
 
 
 def _round_method(self, decimals: int = 0, *, stream=None) -> array:
+    """The array rounded to ``decimals`` decimal places (see :func:`round`)."""
     return round(self, decimals, stream=stream)
 
 

@@ -26,6 +26,7 @@ reads or writes out of bounds).
 from __future__ import annotations
 
 import operator
+import sys
 
 import numpy as np
 
@@ -40,6 +41,8 @@ from lazyx.primitive import Primitive
 
 _int = int
 _index = operator.index
+_getrefcount = sys.getrefcount
+_new_array = array.__new__
 _PY_SCALARS = (bool, int, float, complex)
 _FULL = slice(None)
 
@@ -287,8 +290,8 @@ def _parse(shape: tuple, key, first: int):
         if tk is slice:
             n = shape[ax]
             b, e, s = k.indices(n)
-            if s < 0 and e < 0:
-                e = -1
+            if not len(range(b, e, s)):
+                b, e, s = 0, 0, 1  # an empty slice; a negative start would mean the end
             entries.append(("slice", b, e, s))
             ax += 1
         elif tk is _int:
@@ -452,7 +455,67 @@ def _setitem(self, key, value) -> None:
     """``self[key] = value``: ``self`` now refers to a new array with the update
     (other references to the previous value are unchanged). With repeated positions,
     one of the writes wins."""
-    _become(self, _scatter(self, key, value, None))
+    refs = _getrefcount(self)
+    # The previous value moves to a fresh object (taking self's place among the outputs
+    # of a multi-output node); the update is built on it.
+    old = _new_array(array)
+    _become(old, self)
+    new = _scatter(old, key, value, None)
+    # Nodes that read ``self`` must keep reading the previous value: first those of the
+    # update's own graph (``a[0] = a[1]``), found by a walk; then any other consumer.
+    refs -= _redirect(new, self, old)
+    if refs > _CALLER_REFS:
+        _redirect_referrers(self, old)
+    _become(self, new)
+
+
+#: References to the array in a plain ``name[key] = value`` statement, counted inside
+#: ``_setitem``: the caller's name and value stack, ``self``, and getrefcount's argument.
+_CALLER_REFS = 4
+
+
+def _redirect(root: array, target: array, repl: array) -> int:
+    """Make the unevaluated graph of ``root`` read ``repl`` where it reads ``target``;
+    returns how many references were replaced."""
+    replaced = 0
+    seen = {id(repl), id(target)}
+    stack = [root]
+    while stack:
+        a = stack.pop()
+        ins = a._inputs
+        if ins is None:
+            continue
+        hit = False
+        for x in ins:
+            if x is target:
+                hit = True
+            elif id(x) not in seen:
+                seen.add(id(x))
+                stack.append(x)
+        if hit:
+            replaced += sum(1 for x in ins if x is target)
+            a._inputs = tuple(repl if x is target else x for x in ins)
+    return replaced
+
+
+def _redirect_referrers(target: array, repl: array) -> None:
+    """Make every unevaluated node that reads ``target`` read ``repl`` instead.
+
+    Graph edges point at array objects and ``__setitem__`` rebinds the object, so a
+    consumer built earlier (``y = x * 2; x[0] = 1``) would otherwise see the new value.
+    Nodes keep no back-references, so the garbage collector's referrer search finds
+    them; it runs only when the array is referenced beyond the assignment statement.
+    """
+    import gc
+    tuples = [r for r in gc.get_referrers(target) if type(r) is tuple]
+    if not tuples:
+        return
+    ids = {id(t) for t in tuples}
+    for owner in gc.get_referrers(*tuples):
+        if type(owner) is array or isinstance(owner, array):
+            ins = owner._inputs
+            if ins is not None and id(ins) in ids:
+                owner._inputs = tuple(repl if x is target else x for x in ins)
 
 
 class ArrayAt:

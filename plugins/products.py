@@ -74,6 +74,105 @@ def _operands(a, b, op: str):
     return a, b, d
 
 
+# -- transform helpers -----------------------------------------------------------
+def sum_to_shape(x: array, shape: tuple, stream) -> array:
+    """``x`` summed over the dimensions that broadcasting added to ``shape``.
+
+    This is how the cotangent of a broadcast operand is formed: the leading
+    dimensions ``x`` has beyond ``shape`` and the dimensions where ``shape``
+    has 1 are summed.
+    """
+    sx = x._shape
+    if sx == shape:
+        return x
+    lead = len(sx) - len(shape)
+    axes = list(range(lead))
+    axes += [lead + i for i, s in enumerate(shape) if s == 1 and sx[lead + i] != 1]
+    if axes:
+        x = mx.sum(x, axis=axes, keepdims=True, stream=stream)
+    return _reshape(x, shape, stream)
+
+
+def _batch_first(x: array, axis: int, rank: int, stream) -> array:
+    """Batched ``x`` with its batch axis moved to the front and, behind it, ones
+    inserted until it has ``rank`` per-example dimensions (so that broadcasting
+    against unbatched operands aligns the per-example dimensions)."""
+    if axis != 0:
+        x = mx.moveaxis(x, axis, 0, stream=stream)
+    pad = rank + 1 - len(x._shape)
+    if pad > 0:
+        x = mx.reshape(x, x._shape[:1] + (1,) * pad + x._shape[1:], stream=stream)
+    return x
+
+
+def _as_matrices(a: array, b: array, ax, bx, stream):
+    """Operands of a vmapped matmul as stacks of matrices whose product has the
+    batch at axis 0: ``(a2, b2, vec_a, vec_b)``, where ``vec_a`` / ``vec_b``
+    say that the per-example ``a`` / ``b`` was a vector (its matrix dimension
+    must be dropped from the product)."""
+    vec_a = len(a._shape) - (ax is not None) == 1
+    vec_b = len(b._shape) - (bx is not None) == 1
+    if vec_a:  # a row vector: (..., k) -> (..., 1, k)
+        a = mx.expand_dims(a, -2, stream=stream)
+    if vec_b:  # a column vector: (..., k) -> (..., k, 1)
+        b = mx.expand_dims(b, -1, stream=stream)
+        if bx is not None and bx == len(b._shape) - 2:
+            bx += 1  # the batch axis was the last one; it moved past the new one
+    rank = max(len(a._shape) - (ax is not None), len(b._shape) - (bx is not None))
+    if ax is not None:
+        a = _batch_first(a, ax if ax < len(a._shape) - 2 or not vec_a else ax, rank, stream)
+    if bx is not None:
+        b = _batch_first(b, bx, rank, stream)
+    return a, b, vec_a, vec_b
+
+
+def _drop_vector_dims(x: array, vec_a: bool, vec_b: bool, stream) -> array:
+    if not (vec_a or vec_b):
+        return x
+    s = x._shape
+    tail = (() if vec_a else s[-2:-1]) + (() if vec_b else s[-1:])
+    return mx.reshape(x, s[:-2] + tail, stream=stream)
+
+
+def _matmul_vjp(a: array, b: array, g: array, argnums, out_pos: int, stream) -> list:
+    """Cotangents of ``a @ b`` for cotangent ``g``, for the argnums that refer to
+    ``a`` (``out_pos``) and ``b`` (``out_pos + 1``)."""
+    na, nb = len(a._shape), len(b._shape)
+    a2 = a if na > 1 else mx.expand_dims(a, 0, stream=stream)
+    b2 = b if nb > 1 else mx.expand_dims(b, 1, stream=stream)
+    if nb == 1:
+        g = mx.expand_dims(g, -1, stream=stream)
+    if na == 1:
+        g = mx.expand_dims(g, -2, stream=stream)
+    complex_ = g._dtype.kind == "c"
+    out = []
+    for i in argnums:
+        if i == out_pos:
+            bt = mx.swapaxes(b2, -1, -2, stream=stream)
+            if complex_:
+                bt = mx.conjugate(bt, stream=stream)
+            out.append(sum_to_shape(mx.matmul(g, bt, stream=stream), a._shape, stream))
+        else:
+            at = mx.swapaxes(a2, -1, -2, stream=stream)
+            if complex_:
+                at = mx.conjugate(at, stream=stream)
+            out.append(sum_to_shape(mx.matmul(at, g, stream=stream), b._shape, stream))
+    return out
+
+
+def _matmul_jvp(a: array, b: array, tangents, argnums, a_pos: int, stream) -> array:
+    out = None
+    for t, i in zip(tangents, argnums):
+        if i == a_pos:
+            d = mx.matmul(t, b, stream=stream)
+        elif i == a_pos + 1:
+            d = mx.matmul(a, t, stream=stream)
+        else:
+            continue
+        out = d if out is None else mx.add(out, d, stream=stream)
+    return out
+
+
 # -- primitives ----------------------------------------------------------------
 class Matmul(Primitive):
     """Matrix product with NumPy's ``matmul`` semantics (1-D operands, batch broadcast)."""
@@ -82,6 +181,18 @@ class Matmul(Primitive):
 
     def output_shapes(self, inputs):
         return [matmul_shape(inputs[0].shape, inputs[1].shape)]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return _matmul_vjp(primals[0], primals[1], cotangents[0], argnums, 0, self.stream)
+
+    def jvp(self, primals, tangents, argnums):
+        return [_matmul_jvp(primals[0], primals[1], tangents, argnums, 0, self.stream)]
+
+    def vmap(self, inputs, axes):
+        s = self.stream
+        a, b, vec_a, vec_b = _as_matrices(inputs[0], inputs[1], axes[0], axes[1], s)
+        out = mx.matmul(a, b, stream=s)
+        return [_drop_vector_dims(out, vec_a, vec_b, s)], [0]
 
 
 class AddMM(Primitive):
@@ -96,6 +207,63 @@ class AddMM(Primitive):
 
     def output_shapes(self, inputs):
         return [matmul_shape(inputs[1].shape, inputs[2].shape, "addmm")]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        s = self.stream
+        c, a, b = primals
+        g = cotangents[0]
+        out = []
+        if argnums[0] == 0:
+            gc = g if self.beta == 1.0 else mx.multiply(g, self.beta, stream=s)
+            out.append(sum_to_shape(gc, c._shape, s))
+            argnums = argnums[1:]
+        if argnums:
+            if self.alpha != 1.0:
+                g = mx.multiply(g, self.alpha, stream=s)
+            out += _matmul_vjp(a, b, g, argnums, 1, s)
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        s = self.stream
+        c, a, b = primals
+        out = _matmul_jvp(a, b, tangents, argnums, 1, s)
+        if out is not None and self.alpha != 1.0:
+            out = mx.multiply(out, self.alpha, stream=s)
+        if argnums[0] == 0:
+            tc = tangents[0]
+            if self.beta != 1.0:
+                tc = mx.multiply(tc, self.beta, stream=s)
+            if out is None:
+                out = mx.broadcast_to(tc, matmul_shape(a._shape, b._shape, "addmm"), stream=s)
+            else:
+                out = mx.add(out, tc, stream=s)
+        return [out]
+
+    def vmap(self, inputs, axes):
+        s = self.stream
+        c, a, b = inputs
+        cx, ax, bx = axes
+        if ax is None and bx is None:
+            # Only c is batched: the product is computed once.
+            ab = mx.matmul(a, b, stream=s)
+            if self.alpha != 1.0:
+                ab = mx.multiply(ab, self.alpha, stream=s)
+            c = _batch_first(c, cx, len(ab._shape), s)
+            if self.beta == 0.0:  # as the kernel, ignore c (its NaNs too)
+                return [mx.broadcast_to(ab, c._shape[:1] + ab._shape, stream=s)], [0]
+            if self.beta != 1.0:
+                c = mx.multiply(c, self.beta, stream=s)
+            return [mx.add(ab, c, stream=s)], [0]
+        a, b, vec_a, vec_b = _as_matrices(a, b, ax, bx, s)
+        if cx is not None:
+            # Per-example c has at most the per-example output's dimensions.
+            c = _batch_first(c, cx, len(a._shape) - 1 - vec_a - vec_b, s)
+        if vec_b:
+            c = mx.expand_dims(c, -1, stream=s)
+        if vec_a:
+            c = mx.expand_dims(c, -2, stream=s)
+        out = mx.addmm(c, a, b, alpha=self.alpha, beta=self.beta, stream=s)
+        return [_drop_vector_dims(out, vec_a, vec_b, s)], [0]
 
 
 class Softmax(Primitive):
@@ -113,6 +281,31 @@ class Softmax(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def _backward(self, y: array, v: array) -> array:
+        """The Jacobian of softmax at output ``y`` applied to ``v``: ``y * (v - sum(v * y))``.
+
+        The Jacobian is symmetric, so this serves both the vjp and the jvp.
+        """
+        s = self.stream
+        dot = mx.sum(mx.multiply(v, y, stream=s), axis=list(self.axes), keepdims=True,
+                     stream=s)
+        return mx.multiply(y, mx.subtract(v, dot, stream=s), stream=s)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [self._backward(outputs[0], cotangents[0])]
+
+    def jvp(self, primals, tangents, argnums):
+        y = mx.softmax(primals[0], axis=list(self.axes), precise=self.precise,
+                       stream=self.stream)
+        return [self._backward(y, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        ax = axes[0]
+        # The batch axis stays where it is; the softmax axes behind it shift by one.
+        shifted = [i + (i >= ax) for i in self.axes]
+        return [mx.softmax(inputs[0], axis=shifted, precise=self.precise,
+                           stream=self.stream)], [ax]
 
 
 # -- op functions --------------------------------------------------------------

@@ -31,7 +31,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
 from lazyx.array import array, from_buffer, lazy
 from lazyx.device import to_stream
-from lazyx.errors import AxisError, DtypeError, ShapeError
+from lazyx.errors import DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -262,21 +262,21 @@ def _unit(shape: tuple, dtype: dt.Dtype, k: array, stream) -> array:
 def _uniform(low, high, shape: tuple, dtype: dt.Dtype, k, stream, op: str) -> array:
     """Uniform in ``[low, high)`` of ``dtype`` (validated), drawn with key ``k`` (or the state)."""
     scalars = type(low) in (int, float) and type(high) in (int, float)
-    if scalars:
-        npd = dtype.np
-        rng = np.asarray(high, npd) - np.asarray(low, npd)
-    else:
+    if not scalars:
         lo = as_array(low, dtype)
         hi = as_array(high, dtype)
         _fits(shape, (lo._shape, hi._shape), op)
     u = _unit(shape, dtype, _key(k, op), stream)
-    if scalars:
-        if low == 0 and high == 1:
-            return u
-        return mx.add(mx.multiply(u, constant(float(rng), dtype), stream=stream),
-                      constant(float(low), dtype), stream=stream)
-    return mx.add(mx.multiply(u, mx.subtract(hi, lo, stream=stream), stream=stream), lo,
-                  stream=stream)
+    if not scalars:
+        return mx.add(mx.multiply(u, mx.subtract(hi, lo, stream=stream), stream=stream), lo,
+                      stream=stream)
+    if low == 0 and high == 1:
+        return u
+    # The range is computed in dtype, as it would be between arrays of dtype.
+    npd = dtype.np
+    rng = float(np.asarray(high, npd) - np.asarray(low, npd))
+    return mx.add(mx.multiply(u, constant(rng, dtype), stream=stream),
+                  constant(float(low), dtype), stream=stream)
 
 
 def _floating(dtype, op: str, allow_complex: bool = False) -> dt.Dtype:

@@ -13,7 +13,7 @@ import numpy as np
 from . import dtypes as _dt
 from .array import array, from_buffer
 from .device import to_stream
-from .errors import AxisError, DtypeError, ShapeError
+from .errors import ArgumentError, AxisError, DtypeError, ShapeError
 
 __all__ = ["as_array", "constant", "binary_operands", "broadcast_shapes", "normalize_axis",
            "normalize_axes", "to_stream", "cast"]
@@ -39,18 +39,25 @@ def cast(a: array, dtype: _dt.Dtype, stream=None) -> array:
 
 
 def constant(value, dtype: _dt.Dtype) -> array:
-    """An evaluated 0-d array holding Python scalar ``value`` as ``dtype`` (cached)."""
+    """An evaluated 0-d array holding Python scalar ``value`` as ``dtype`` (cached).
+
+    An int that does not fit an integer ``dtype`` is an error (``uint8_array + 300``),
+    as in MLX; the array constructor instead wraps (``array(300, dtype=uint8)``).
+    """
     key = (type(value), value, dtype)
     try:
         c = _constants.get(key)
     except TypeError:  # unhashable (nan is fine, it hashes)
         c = None
     if c is None:
-        from .array import _checked_scalar
         if dtype.kind in "ui" and isinstance(value, float):
             data = np.array(value).astype(dtype.np)
         else:
-            data = _checked_scalar(value, dtype.np)
+            if dtype.kind in "ui" and isinstance(value, int):
+                info = np.iinfo(dtype.np)
+                if not info.min <= value <= info.max:
+                    raise ArgumentError(f"Converting {value} to {dtype.name} would result in overflow.")
+            data = np.array(value, dtype=dtype.np)
         c = from_buffer(data, dtype)
         if len(_constants) > 4096:
             _constants.clear()

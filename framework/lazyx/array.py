@@ -320,7 +320,11 @@ def _infer_list_dtype(flat) -> _dt.Dtype:
         else:
             raise DtypeError(f"Cannot convert an element of type {type(v).__name__} to an array.")
     if strong is None:
-        return _dt._SCALAR_DEFAULT[max(weak, key=_dt._SCALAR_RANK.__getitem__)]
+        top = max(weak, key=_dt._SCALAR_RANK.__getitem__)
+        if top is int:
+            ints = [v for v in flat if type(v) is int]
+            return _dt._int_dtype(max(ints)) if max(ints) >= 2**31 else _dt._int_dtype(min(ints))
+        return _dt._SCALAR_DEFAULT[top]
     for t in set(weak):
         strong = _dt.weak_scalar_dtype(strong, t)
     return strong

@@ -174,9 +174,20 @@ def _python_scalar_type(value) -> type:
     raise DtypeError(f"{type(value).__name__} is not a Python scalar.")
 
 
+def _int_dtype(value: int) -> Dtype:
+    # A bare Python int is int32 when it fits, else int64 (as in MLX).
+    if -2**31 <= value < 2**31:
+        return int32
+    if -2**63 <= value < 2**63:
+        return int64
+    raise DtypeError(f"The Python int {value} does not fit in int64.")
+
+
 def scalar_dtype(value) -> Dtype:
     """The dtype MLX gives a bare Python scalar."""
     t = type(value)
+    if t is int:
+        return _int_dtype(value)
     d = _SCALAR_DEFAULT.get(t)
     if d is not None:
         return d
@@ -255,8 +266,7 @@ def result_type(*args) -> Dtype:
     if strong is None:
         if not weak:
             raise DtypeError("result_type needs at least one argument.")
-        strong = _SCALAR_DEFAULT[max(weak, key=_SCALAR_RANK.__getitem__)]
-        return strong
+        return _SCALAR_DEFAULT[max(weak, key=_SCALAR_RANK.__getitem__)]
     for t in weak:
         strong = weak_scalar_dtype(strong, t)
     return strong

@@ -38,7 +38,7 @@ def test_promotion_is_symmetric_and_ops_follow_it():
 
 @pytest.mark.parametrize("dtype,scalar,expected", [
     (mx.int8, 1, mx.int8),
-    (mx.uint8, 300, mx.uint8),
+    (mx.uint8, 255, mx.uint8),
     (mx.float16, 2.0, mx.float16),
     (mx.bfloat16, 3, mx.bfloat16),
     (mx.int32, 2.5, mx.float32),
@@ -56,9 +56,26 @@ def test_python_scalars_are_weak(dtype, scalar, expected):
     assert mx.result_type(a, scalar) is expected
 
 
-def test_weak_int_wraps_like_mlx():
+def test_weak_int_out_of_range_is_an_error_like_mlx():
+    from lazyx.errors import ArgumentError
     a = mx.array([1, 2], dtype=mx.uint8)
-    np.testing.assert_array_equal(np.array(a + 300), np.array([45, 46], np.uint8))
+    for v in (300, -1):
+        with pytest.raises(ArgumentError, match=f"Converting {v} to uint8 would result in overflow"):
+            a + v
+    with pytest.raises(ValueError, match="int32"):
+        mx.array([1], dtype=mx.int32) + 2**40
+    # The constructor wraps, as MLX's does.
+    assert mx.array(300, dtype=mx.uint8).item() == 44
+    assert a.tolist() == [1, 2]
+
+
+def test_large_python_ints_become_int64():
+    assert mx.array(2**40).dtype is mx.int64 and mx.array(2**40).item() == 2**40
+    assert mx.array([2**40, 1]).dtype is mx.int64
+    assert mx.array([-2**31, 1]).dtype is mx.int32
+    assert mx.full((2,), 2**40).tolist() == [2**40, 2**40]
+    with pytest.raises(DtypeError):
+        mx.array(2**70)
 
 
 def test_result_type_of_scalars_and_dtypes():

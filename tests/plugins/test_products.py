@@ -108,7 +108,8 @@ def test_matmul_shape_errors_name_both_shapes():
     with pytest.raises(ShapeError, match=r"\(2, 3\).*\(4, 5\)"):
         mx.matmul(a, b)
     with pytest.raises(ShapeError, match=r"\(2, 3, 4\).*\(5, 4, 6\)"):
-        mx.matmul(mx.array(np.ones((2, 3, 4), np.float32)), mx.array(np.ones((5, 4, 6), np.float32)))
+        mx.matmul(mx.array(np.ones((2, 3, 4), np.float32)),
+                  mx.array(np.ones((5, 4, 6), np.float32)))
     with pytest.raises(ShapeError, match="0-dimensional"):
         mx.matmul(mx.array(2.0), a)
     with pytest.raises(ShapeError):

@@ -123,6 +123,26 @@ def test_a_failed_call_does_not_consume_the_state():
 
 
 # -- RandomBits ----------------------------------------------------------------
+def _bits_reference(key, nwords):
+    # The counter layout RandomBits documents, hashed in one whole-array pass.
+    half = (nwords + 1) // 2
+    x0 = np.arange(half, dtype=np.uint32)
+    x1 = x0 + np.uint32(half)
+    if nwords % 2:
+        x1[-1] = 0
+    k = np.array(key, np.uint32).reshape(2, 1)
+    y0, y1 = threefry2x32(k[0], k[1], x0, x1)
+    return np.concatenate([y0.ravel(), y1.ravel()[:nwords - half]])
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 140_001], ids=str)  # 140_001 spans several chunks
+def test_bits_follow_the_counter_layout(n):
+    k = R.key(2**40 + 77)
+    np.testing.assert_array_equal(np_(bits((n,), 4, key=k)), _bits_reference([256, 77], n))
+    ref_bytes = _bits_reference([256, 77], (n + 3) // 4).view(np.uint8)[:n]
+    np.testing.assert_array_equal(np_(bits((n,), 1, key=k)), ref_bytes)
+
+
 def test_bits_widths_share_one_stream_of_bytes():
     k = R.key(42)
     words = np_(bits((4,), 4, key=k))
@@ -480,9 +500,10 @@ def test_other_bad_input():
         R.permutation(-1, key=k)
     with pytest.raises(DtypeError):
         R.multivariate_normal(mx.array([0.0, 0.0]), mx.array(np.eye(2)), dtype=mx.float16, key=k)
-    for mean, cov in [(mx.array(0.0), mx.array([[1.0]])), (mx.array([0.0, 0.0]), mx.array([1.0, 1.0])),
-                      (mx.array([0.0, 0.0]), mx.array(np.ones((2, 1), np.float32))),
-                      (mx.array([0.0, 0.0]), mx.array(np.eye(3, dtype=np.float32)))]:
+    two = mx.array([0.0, 0.0])
+    for mean, cov in [(mx.array(0.0), mx.array([[1.0]])), (two, mx.array([1.0, 1.0])),
+                      (two, mx.array(np.ones((2, 1), np.float32))),
+                      (two, mx.array(np.eye(3, dtype=np.float32)))]:
         with pytest.raises(ShapeError):
             R.multivariate_normal(mean, cov, key=k)
     with pytest.raises(ShapeError):

@@ -5,10 +5,9 @@ in, so most kernels are one ufunc. The exceptions are MLX semantics NumPy does
 not share (bool arithmetic, integer division by zero, integer powers with
 negative exponents) and ``erf``/``erfinv``, which NumPy lacks.
 
-NumPy warns on overflow, division by zero and invalid values (``inf * 0``);
-MLX never does, so every kernel whose floating point arithmetic can meet such
-values runs under ``_quiet``. (Silencing them once per evaluation in the
-backend would be cheaper; ``_quiet`` would then become the identity.)
+The CPU backends silence NumPy's floating point warnings (overflow, x / 0,
+inf * 0) for the whole of an evaluation, as MLX never warns, so the kernels
+need no ``np.errstate`` of their own.
 """
 
 import functools
@@ -22,10 +21,6 @@ from lazyx.plugins import elementwise as ew
 _HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _UINT8 = np.dtype(np.uint8)
 _BOOL = np.dtype(np.bool_)
-_errstate = np.errstate
-#: Decorator: run a kernel with NumPy's floating point warnings silenced (the
-#: decorator form of errstate costs less per call than the context manager).
-_quiet = np.errstate(all="ignore")
 
 
 def _in_float32(fn):
@@ -42,8 +37,11 @@ def _bool_as_uint8(fn):
     """Run a binary integer kernel on bool inputs as uint8 and return bool, as MLX does."""
     def kernel(p, ins):
         x, y = ins
-        if x.dtype is _BOOL or x.dtype == _BOOL:
-            return np.asarray(fn(p, [x.view(_UINT8), y.view(_UINT8)])).astype(_BOOL)
+        if x.dtype == _BOOL:
+            out = fn(p, [x.view(_UINT8), y.view(_UINT8)])
+            if type(out) is tuple:
+                return tuple(np.asarray(o).astype(_BOOL) for o in out)
+            return np.asarray(out).astype(_BOOL)
         return fn(p, ins)
     return kernel
 
@@ -66,10 +64,6 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    if to.kind in "iu":
-        # NaN/inf to integer is undefined; keep NumPy from warning about it.
-        with _errstate(all="ignore"):
-            return x.astype(to.np)
     return x.astype(to.np)
 
 
@@ -150,8 +144,7 @@ def _in_float64(fn):
     """Compute a real function in float64 on a flat copy; round back to the input dtype."""
     def kernel(p, ins):
         x = ins[0]
-        with _errstate(all="ignore"):
-            return fn(x.astype(np.float64).reshape(-1)).astype(x.dtype).reshape(x.shape)
+        return fn(x.astype(np.float64).reshape(-1)).astype(x.dtype).reshape(x.shape)
     return kernel
 
 
@@ -222,15 +215,7 @@ def _divmod(p, ins):
     q, r = np.divmod(x, y)
     if _is_integral(x):
         r = _int_remainder_fix(x, y, r)
-    return q, r
-
-
-def _bool_divmod(p, ins):
-    x, y = ins
-    if x.dtype == _BOOL:
-        q, r = _divmod(p, [x.view(_UINT8), y.view(_UINT8)])
-        return np.asarray(q).astype(_BOOL), np.asarray(r).astype(_BOOL)
-    return _divmod(p, ins)
+    return (q, r)
 
 
 def _power(p, ins):
@@ -268,58 +253,58 @@ KERNELS = {
     ew.Abs: _unary(np.abs),
     ew.Sign: _unary(np.sign),
     ew.Negative: _unary(np.negative),
-    ew.Exp: _quiet(_unary(np.exp)),
-    ew.Expm1: _quiet(_unary(np.expm1)),
-    ew.Log: _quiet(_unary(np.log)),
-    ew.Log1p: _quiet(_unary(np.log1p)),
-    ew.Log2: _quiet(_unary(np.log2)),
-    ew.Log10: _quiet(_unary(np.log10)),
-    ew.Sqrt: _quiet(_unary(np.sqrt)),
-    ew.Rsqrt: _quiet(_rsqrt),
-    ew.Square: _quiet(_unary(np.square)),
-    ew.Sin: _quiet(_unary(np.sin)),
-    ew.Cos: _quiet(_unary(np.cos)),
-    ew.Tan: _quiet(_unary(np.tan)),
-    ew.ArcSin: _quiet(_unary(np.arcsin)),
-    ew.ArcCos: _quiet(_unary(np.arccos)),
+    ew.Exp: _unary(np.exp),
+    ew.Expm1: _unary(np.expm1),
+    ew.Log: _unary(np.log),
+    ew.Log1p: _unary(np.log1p),
+    ew.Log2: _unary(np.log2),
+    ew.Log10: _unary(np.log10),
+    ew.Sqrt: _unary(np.sqrt),
+    ew.Rsqrt: _rsqrt,
+    ew.Square: _unary(np.square),
+    ew.Sin: _unary(np.sin),
+    ew.Cos: _unary(np.cos),
+    ew.Tan: _unary(np.tan),
+    ew.ArcSin: _unary(np.arcsin),
+    ew.ArcCos: _unary(np.arccos),
     ew.ArcTan: _unary(np.arctan),
-    ew.Sinh: _quiet(_unary(np.sinh)),
-    ew.Cosh: _quiet(_unary(np.cosh)),
+    ew.Sinh: _unary(np.sinh),
+    ew.Cosh: _unary(np.cosh),
     ew.Tanh: _unary(np.tanh),
     ew.ArcSinh: _unary(np.arcsinh),
-    ew.ArcCosh: _quiet(_unary(np.arccosh)),
-    ew.ArcTanh: _quiet(_unary(np.arctanh)),
+    ew.ArcCosh: _unary(np.arccosh),
+    ew.ArcTanh: _unary(np.arctanh),
     ew.Floor: _unary(np.floor),
     ew.Ceil: _unary(np.ceil),
     ew.Trunc: _unary(np.trunc),
-    ew.Round: _quiet(_round),
+    ew.Round: _round,
     ew.Erf: _in_float64(_erf64),
     ew.ErfInv: _in_float64(_erfinv64),
-    ew.Sigmoid: _quiet(_sigmoid),
+    ew.Sigmoid: _sigmoid,
     ew.LogicalNot: _unary(np.logical_not),
     ew.IsNan: _unary(np.isnan),
     ew.IsInf: _unary(np.isinf),
     ew.IsFinite: _unary(np.isfinite),
     ew.IsPosInf: _is_posinf,
     ew.IsNegInf: _is_neginf,
-    ew.NanToNum: _quiet(_nan_to_num),
+    ew.NanToNum: _nan_to_num,
     ew.Conjugate: _unary(np.conjugate),
     ew.Real: _unary(np.real),
     ew.Imag: _unary(np.imag),
     ew.BitwiseInvert: _unary(np.invert),
     ew.StopGradient: _stop_gradient,
-    ew.Add: _quiet(_binary(np.add)),
-    ew.Subtract: _quiet(_subtract),
-    ew.Multiply: _quiet(_binary(np.multiply)),
-    ew.Divide: _quiet(_binary(np.divide)),
-    ew.FloorDivide: _quiet(_bool_as_uint8(_floor_divide)),
-    ew.Remainder: _quiet(_bool_as_uint8(_remainder)),
-    ew.DivMod: _quiet(_bool_divmod),
-    ew.Power: _quiet(_bool_as_uint8(_power)),
+    ew.Add: _binary(np.add),
+    ew.Subtract: _subtract,
+    ew.Multiply: _binary(np.multiply),
+    ew.Divide: _binary(np.divide),
+    ew.FloorDivide: _bool_as_uint8(_floor_divide),
+    ew.Remainder: _bool_as_uint8(_remainder),
+    ew.DivMod: _bool_as_uint8(_divmod),
+    ew.Power: _bool_as_uint8(_power),
     ew.Maximum: _binary(np.maximum),
     ew.Minimum: _binary(np.minimum),
-    ew.LogAddExp: _quiet(_logaddexp),
-    ew.ArcTan2: _quiet(_binary(np.arctan2)),
+    ew.LogAddExp: _logaddexp,
+    ew.ArcTan2: _binary(np.arctan2),
     ew.Equal: _binary(np.equal),
     ew.NotEqual: _binary(np.not_equal),
     ew.Less: _binary(np.less),
@@ -334,8 +319,8 @@ KERNELS = {
     ew.BitwiseXor: _binary(np.bitwise_xor),
     ew.LeftShift: _binary(np.left_shift),
     ew.RightShift: _binary(np.right_shift),
-    ew.IsClose: _quiet(_isclose),
-    ew.AllClose: _quiet(_allclose),
+    ew.IsClose: _isclose,
+    ew.AllClose: _allclose,
     ew.ArrayEqual: _array_equal,
     ew.Select: lambda p, ins: np.where(ins[0], ins[1], ins[2]),
 }
