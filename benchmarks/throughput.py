@@ -15,6 +15,9 @@ import numpy as np
 N = 1 << 22  # 4M float32 elements: 16 MiB
 SOFTMAX_SHAPES = ((4096, 1024), (256, 1024))
 MATMUL_N = 1024
+#: PyTorch is also timed on one thread; its column shows the faster of the two
+#: (on small VMs its two-thread runs sometimes wait milliseconds for a worker to wake).
+TORCH_ONE_THREAD = "PyTorch 1 thread"
 
 
 @dataclass
@@ -105,10 +108,16 @@ def cases(peers) -> list[Case]:
             t_in = [torch.from_numpy(v.copy()) for v in inputs]
             f = fns["PyTorch"]
 
-            def run_torch(f=f, ins=t_in):
+            default_threads = torch.get_num_threads()
+
+            def run_torch(f=f, ins=t_in, threads=default_threads):
+                if torch.get_num_threads() != threads:
+                    torch.set_num_threads(threads)
                 with torch.inference_mode():
                     return f(torch, *ins)
             runs["PyTorch"] = run_torch
+            if default_threads > 1:
+                runs[TORCH_ONE_THREAD] = lambda r=run_torch: r(threads=1)
             results["PyTorch"] = lambda r=run_torch: r().numpy()
         if "JAX" in peers:
             jax = peers["JAX"].module

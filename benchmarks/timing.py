@@ -1,4 +1,4 @@
-"""Timing: median of repeats after warm-ups, within a time budget per measurement."""
+"""Timing: medians of repeats after warm-ups, interleaved across the frameworks compared."""
 
 from __future__ import annotations
 
@@ -6,16 +6,9 @@ import statistics
 import time
 
 
-def median_time(fn, *, warmup: int = 3, budget_s: float = 0.4, min_repeats: int = 7,
-                max_repeats: int = 200) -> float:
-    """The median wall time of ``fn()`` in seconds.
-
-    ``fn`` runs ``warmup`` times unmeasured, then at least ``min_repeats`` times
-    and until ``budget_s`` seconds have been spent (at most ``max_repeats``).
-    ``fn`` must itself wait for its result (evaluate, block until ready).
-    """
-    for _ in range(warmup):
-        fn()
+def samples(fn, *, budget_s: float, min_repeats: int = 1, max_repeats: int = 200) -> list[float]:
+    """Wall times of ``fn()`` in seconds: at least ``min_repeats`` and until ``budget_s``
+    seconds have been spent (at most ``max_repeats``). ``fn`` must wait for its result."""
     times = []
     clock = time.perf_counter
     end = clock() + budget_s
@@ -23,7 +16,30 @@ def median_time(fn, *, warmup: int = 3, budget_s: float = 0.4, min_repeats: int 
         t0 = clock()
         fn()
         times.append(clock() - t0)
-    return statistics.median(times)
+    return times
+
+
+def compare(fns: dict, *, budget_s: float, rounds: int = 3, warmup: int = 2) -> dict:
+    """{name: median seconds} for zero-argument callables measured side by side.
+
+    Each callable is warmed up, then the callables take turns for ``rounds``
+    rounds, each round spending ``budget_s / rounds`` per callable; the median
+    is over all of a callable's samples. Taking turns spreads a passing
+    disturbance (another process, a core waking up) over every column.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    got = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            got[name] += samples(fn, budget_s=budget_s / rounds)
+    return {name: statistics.median(ts) for name, ts in got.items()}
+
+
+def median_time(fn, *, budget_s: float = 0.4, warmup: int = 2) -> float:
+    """The median wall time of ``fn()`` in seconds (one callable, see :func:`compare`)."""
+    return compare({"fn": fn}, budget_s=budget_s, rounds=1, warmup=warmup)["fn"]
 
 
 def machine_load(seconds: float = 0.3) -> float:

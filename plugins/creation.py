@@ -27,9 +27,22 @@ _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 # -- primitives --------------------------------------------------------------
 class Creation(Primitive):
-    """A primitive that makes an array from its parameters alone."""
+    """A primitive that makes an array from its parameters alone.
+
+    With no inputs, nothing flows back through it, its tangent is zero, and it
+    never depends on a mapped argument (``vmap`` rebuilds it unbatched).
+    """
 
     __slots__ = ()
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [None] * len(argnums)
+
+    def jvp(self, primals, tangents, argnums):
+        return [None]
+
+    def vmap(self, inputs, axes):
+        return [lazy(self.output_shapes(())[0], self.dtype, self, ())], [None]
 
 
 class Fill(Creation):
@@ -48,7 +61,12 @@ class Fill(Creation):
 
 
 class Full(Primitive):
-    """Its one input broadcast to ``shape`` (the input already has the output dtype)."""
+    """Its one input broadcast to ``shape`` (the input already has the output dtype).
+
+    Linear in the input: the cotangent is summed over the broadcast dimensions,
+    the tangent is broadcast like the values, and a batch of values fills a
+    batch of arrays.
+    """
 
     __slots__ = ("shape",)
 
@@ -58,6 +76,27 @@ class Full(Primitive):
 
     def output_shapes(self, inputs):
         return [self.shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g, shape = cotangents[0], primals[0]._shape
+        lead = len(g._shape) - len(shape)
+        axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
+                                    if n == 1 and self.shape[lead + i] != 1]
+        if axes:
+            g = mx.reshape(mx.sum(g, axis=axes, keepdims=True), shape)
+        return [g]
+
+    def jvp(self, primals, tangents, argnums):
+        return [mx.full(self.shape, tangents[0], stream=self.stream)]
+
+    def vmap(self, inputs, axes):
+        v, k = inputs[0], axes[0]
+        if k:
+            v = mx.moveaxis(v, k, 0)
+        pad = len(self.shape) + 1 - v.ndim
+        if pad > 0:
+            v = mx.reshape(v, v.shape[:1] + (1,) * pad + v.shape[1:])
+        return [mx.full(v.shape[:1] + self.shape, v, stream=self.stream)], [0]
 
 
 class Arange(Creation):
@@ -125,6 +164,7 @@ class Window(Creation):
     """A float32 tapering window of ``m`` points; ``kind`` names it (``"hanning"`` ...)."""
 
     __slots__ = ("kind", "m")
+    dtype = dt.float32
 
     def __init__(self, stream, kind, m):
         super().__init__(stream)
@@ -431,10 +471,10 @@ def _window(kind, doc):
     return op
 
 
-_WINDOW_DOC = """The {title} window: ``M`` float32 points,
+_WINDOW_DOC = r"""The {title} window: ``M`` float32 points,
 
     .. math::
-       {formula} \\qquad 0 \\le n \\le M-1
+       {formula} \qquad 0 \le n \le M-1
 
     Args:
         M: number of points in the window (an empty window when ``M <= 0``).
@@ -444,13 +484,14 @@ _WINDOW_DOC = """The {title} window: ``M`` float32 points,
     """
 
 bartlett = _window("bartlett", _WINDOW_DOC.format(
-    title="Bartlett (triangular)", formula=r"w(n) = 1 - \\frac{2|n - (M-1)/2|}{M-1}"))
+    title="Bartlett (triangular)", formula=r"w(n) = 1 - \frac{2|n - (M-1)/2|}{M-1}"))
 blackman = _window("blackman", _WINDOW_DOC.format(
-    title="Blackman", formula=r"w(n) = 0.42 - 0.5 \\cos\\frac{2\\pi n}{M-1} + 0.08 \\cos\\frac{4\\pi n}{M-1}"))
+    title="Blackman",
+    formula=r"w(n) = 0.42 - 0.5 \cos\frac{2\pi n}{M-1} + 0.08 \cos\frac{4\pi n}{M-1}"))
 hamming = _window("hamming", _WINDOW_DOC.format(
-    title="Hamming", formula=r"w(n) = 0.54 - 0.46 \\cos\\frac{2\\pi n}{M-1}"))
+    title="Hamming", formula=r"w(n) = 0.54 - 0.46 \cos\frac{2\pi n}{M-1}"))
 hanning = _window("hanning", _WINDOW_DOC.format(
-    title="Hann", formula=r"w(n) = 0.5 - 0.5 \\cos\\frac{2\\pi n}{M-1}"))
+    title="Hann", formula=r"w(n) = 0.5 - 0.5 \cos\frac{2\pi n}{M-1}"))
 
 
 def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -> tuple:

@@ -10,6 +10,13 @@ table ``{input dtype: (dtype to cast the inputs to, output dtype)}`` once, so
 a call costs one dictionary lookup. An entry that is ``None`` means the op is
 the identity for that dtype (``floor`` of an integer array returns the array);
 a string entry is the error message for a dtype the op refuses.
+
+Transform rules sit in the family bases: a unary primitive states its
+derivative, a binary one its partial derivatives, and the bases make ``vjp``
+(conjugated for complex inputs and summed back over broadcast dimensions, as
+MLX does), ``jvp`` and ``vmap`` (batch axes aligned across operands) from them.
+Piecewise-constant and integer- or bool-valued primitives take the
+:class:`NoGradient` mixin.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, DtypeError
+from lazyx.errors import ArgumentError, DtypeError, TransformError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -31,33 +38,186 @@ import lazyx.core as mx
 _PY_SCALARS = (bool, int, float, complex)
 
 
+# -- transform helpers --------------------------------------------------------
+# Rules are written with ``lazyx.core`` ops, so what they return is again a lazy
+# graph that other transforms can walk. A rule returns None for a zero result.
+def _sum_to(g, shape):
+    """Cotangent ``g`` of a broadcast result summed back to an operand of ``shape``."""
+    if g is None:
+        return None
+    gs = g._shape
+    if gs == shape:
+        return g
+    lead = len(gs) - len(shape)
+    axes = list(range(lead))
+    axes += [lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1]
+    if axes:
+        g = mx.sum(g, axis=axes, keepdims=True)
+    return mx.reshape(g, shape)
+
+
+def _broadcast_to(t, shape):
+    if t is None or t._shape == shape:
+        return t
+    return mx.broadcast_to(t, shape)
+
+
+def _tangent(t, d):
+    """``t * d`` for a partial derivative ``d`` (an array or a number; 0 gives None)."""
+    if type(d) is not array:
+        if d == 0:
+            return None
+        if d == 1:
+            return t
+        if d == -1:
+            return mx.negative(t)
+    return mx.multiply(t, d)
+
+
+def _cotangent(g, d):
+    """``g * conj(d)``: the adjoint of :func:`_tangent`, as MLX defines it for complex."""
+    if type(d) is array and d._dtype.kind == "c":
+        d = mx.conj(d)
+    return _tangent(g, d)
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    return a if b is None else mx.add(a, b)
+
+
+def _align(inputs, axes, front: bool = False):
+    """Batched operands of an element-wise op, arranged so that broadcasting them
+    puts the batch on one axis of the result: ``(operands, that axis)``.
+
+    Operands already batched on one axis ``k`` with the full rank are left alone
+    when every unbatched operand broadcasts against their per-example axes
+    (always so for ``k == 0``); otherwise batch axes move to the front and ones
+    are inserted behind them up to the largest per-example rank.
+    """
+    ranks = [x.ndim if a is None else x.ndim - 1 for x, a in zip(inputs, axes)]
+    rank = max(ranks)
+    k = None
+    for a, r in zip(axes, ranks):
+        if a is not None:
+            if (k is not None and a != k) or r != rank:
+                k = -1
+                break
+            k = a
+    if k == 0 or (k is not None and k > 0 and not front
+                  and all(a is not None or k <= rank - r for a, r in zip(axes, ranks))):
+        return list(inputs), k
+    out = []
+    for x, a, r in zip(inputs, axes, ranks):
+        if a is not None:
+            if a:
+                x = mx.moveaxis(x, a, 0)
+            if r < rank:
+                s = x._shape
+                x = mx.reshape(x, s[:1] + (1,) * (rank - r) + s[1:])
+        out.append(x)
+    return out, 0
+
+
 # -- primitive families ------------------------------------------------------
 class Unary(Primitive):
-    """An element-wise primitive of one input; the output has the input's shape."""
+    """An element-wise primitive of one input; the output has the input's shape.
+
+    A subclass gives its derivative (``derivative(x, y)``: ``f'(x)`` from the
+    input and, in reverse mode, the output ``y``); the base turns it into the
+    rules: ``vjp = g * conj(f'(x))`` (MLX's convention for complex inputs),
+    ``jvp = t * f'(x)``, and ``vmap`` applies the op to the batch, keeping its axis.
+    """
 
     __slots__ = ()
+    #: The op function that adds a node of this primitive (set with the op).
+    _op = None
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
 
+    def derivative(self, x, y):
+        raise TransformError(f"[{self.name}] has no derivative: implement derivative(x, y) "
+                             f"or vjp and jvp.")
+
+    def apply(self, x):
+        """This operation on ``x`` (a fresh node)."""
+        return type(self)._op(x, stream=self.stream)
+
+    def _output(self, x, y):
+        return self.apply(x) if y is None else y
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [_cotangent(cotangents[0], self.derivative(primals[0], outputs[0]))]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_tangent(tangents[0], self.derivative(primals[0], None))]
+
+    def vmap(self, inputs, axes):
+        return [self.apply(inputs[0])], [axes[0]]
+
 
 class Binary(Primitive):
-    """An element-wise primitive of two inputs that broadcast."""
+    """An element-wise primitive of two inputs that broadcast.
+
+    A subclass gives its partial derivatives (``partial(i, a, b, y)``: of the
+    output with respect to input ``i``; ``y`` is the output in reverse mode, else
+    None). The base sums each cotangent back over the dimensions its operand was
+    broadcast along, adds the tangents, and batches by aligning the operands'
+    batch axes (:func:`_align`).
+    """
 
     __slots__ = ()
+    _op = None
 
     def output_shapes(self, inputs):
         return [broadcast_shapes(inputs[0].shape, inputs[1].shape)]
 
+    def partial(self, i, a, b, y):
+        raise TransformError(f"[{self.name}] has no partial derivatives: implement "
+                             f"partial(i, a, b, y) or vjp and jvp.")
 
-class BinaryMulti(Binary):
-    """A binary element-wise primitive with several outputs of the broadcast shape."""
+    def apply(self, a, b):
+        return type(self)._op(a, b, stream=self.stream)
+
+    def _output(self, a, b, y):
+        return self.apply(a, b) if y is None else y
+
+    # Arithmetic on bool arrays (``True + True``) has nothing to differentiate.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        if outputs[0]._dtype.kind == "b":
+            return [None] * len(argnums)
+        a, b = primals
+        g, y = cotangents[0], outputs[0]
+        return [_sum_to(_cotangent(g, self.partial(i, a, b, y)), primals[i]._shape)
+                for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        a, b = primals
+        if a._dtype.kind == "b":
+            return [None]
+        out = None
+        for i, t in zip(argnums, tangents):
+            out = _add(out, _tangent(t, self.partial(i, a, b, None)))
+        return [_broadcast_to(out, broadcast_shapes(a._shape, b._shape))]
+
+    def vmap(self, inputs, axes):
+        (a, b), k = _align(inputs, axes)
+        return [self.apply(a, b)], [k]
+
+
+class NoGradient:
+    """Mixin of piecewise-constant and integer- or bool-valued operations: their
+    cotangents and tangents are zero (the walkers read None as zero)."""
 
     __slots__ = ()
-    n_outputs = 2
 
-    def output_shapes(self, inputs):
-        return [broadcast_shapes(inputs[0].shape, inputs[1].shape)] * self.n_outputs
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [None] * len(argnums)
+
+    def jvp(self, primals, tangents, argnums):
+        return [None]
 
 
 class Ternary(Primitive):
@@ -69,13 +229,24 @@ class Ternary(Primitive):
         return [broadcast_shapes(*(x.shape for x in inputs))]
 
 
-class BinaryAll(Primitive):
-    """Two inputs reduced to one boolean scalar (``allclose``, ``array_equal``)."""
+class BinaryAll(NoGradient, Primitive):
+    """Two inputs reduced to one boolean scalar (``allclose``, ``array_equal``).
+
+    Batched, the element-wise comparison runs on the aligned operands and is
+    reduced over every axis but the batch.
+    """
 
     __slots__ = ()
 
     def output_shapes(self, inputs):
         return [()]
+
+    def vmap(self, inputs, axes):
+        (a, b), _ = _align(inputs, axes, front=True)
+        e = self.elementwise(a, b)
+        if e.ndim > 1:
+            e = mx.all(e, axis=tuple(range(1, e.ndim)))
+        return [e], [0]
 
 
 # -- unary primitives --------------------------------------------------------
@@ -86,156 +257,267 @@ class AsType(Unary):
         super().__init__(stream)
         self.dtype = dtype
 
+    def apply(self, x):
+        return mx.astype(x, self.dtype, stream=self.stream)
+
+    # A conversion is linear: the cotangent converts back (complex to real drops
+    # the imaginary part). The walkers give integer results of floats no gradient.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.astype(cotangents[0], primals[0]._dtype)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [mx.astype(tangents[0], self.dtype)]
+
 
 class Abs(Unary):
     __slots__ = ()
 
+    # d|x| = sign(x), which is x / |x| for complex x (0 at 0, MLX's subgradient).
+    # For complex x, |x| is real: the tangent is Re(conj(sign(x)) t), and its
+    # adjoint maps a real cotangent g to g sign(x).
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.multiply(cotangents[0], mx.sign(primals[0]))]
 
-class Sign(Unary):
+    def jvp(self, primals, tangents, argnums):
+        x, t = primals[0], tangents[0]
+        if x._dtype.kind == "c":
+            return [mx.real(mx.multiply(mx.conj(mx.sign(x)), t))]
+        return [mx.multiply(t, mx.sign(x))]
+
+
+class Piecewise(NoGradient, Unary):
+    """A unary operation that is constant almost everywhere (zero derivative)."""
+
+    __slots__ = ()
+
+
+class Sign(Piecewise):
     __slots__ = ()
 
 
 class Negative(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return -1
+
 
 class Exp(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return self._output(x, y)
 
 
 class Expm1(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.exp(x) if y is None else mx.add(y, 1)
+
 
 class Log(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.reciprocal(x)
 
 
 class Log1p(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.reciprocal(mx.add(x, 1))
+
 
 class Log2(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.reciprocal(mx.multiply(x, math.log(2.0)))
 
 
 class Log10(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.reciprocal(mx.multiply(x, math.log(10.0)))
+
 
 class Sqrt(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.divide(0.5, self._output(x, y))
 
 
 class Rsqrt(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.divide(mx.multiply(self._output(x, y), -0.5), x)
+
 
 class Square(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.multiply(x, 2)
 
 
 class Sin(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.cos(x)
+
 
 class Cos(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.negative(mx.sin(x))
 
 
 class Tan(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.add(mx.square(self._output(x, y)), 1)
+
 
 class ArcSin(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.rsqrt(mx.subtract(1, mx.square(x)))
 
 
 class ArcCos(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.negative(mx.rsqrt(mx.subtract(1, mx.square(x))))
+
 
 class ArcTan(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.reciprocal(mx.add(mx.square(x), 1))
 
 
 class Sinh(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.cosh(x)
+
 
 class Cosh(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.sinh(x)
 
 
 class Tanh(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.subtract(1, mx.square(self._output(x, y)))
+
 
 class ArcSinh(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.rsqrt(mx.add(mx.square(x), 1))
 
 
 class ArcCosh(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.rsqrt(mx.subtract(mx.square(x), 1))
+
 
 class ArcTanh(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.reciprocal(mx.subtract(1, mx.square(x)))
 
-class Floor(Unary):
+
+class Floor(Piecewise):
     __slots__ = ()
 
 
-class Ceil(Unary):
+class Ceil(Piecewise):
     __slots__ = ()
 
 
-class Trunc(Unary):
+class Trunc(Piecewise):
     __slots__ = ()
 
 
-class Round(Unary):
+class Round(Piecewise):
     __slots__ = ("decimals",)
 
     def __init__(self, stream, decimals):
         super().__init__(stream)
         self.decimals = decimals
 
+    def apply(self, x):
+        return mx.round(x, self.decimals, stream=self.stream)
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
 
 class Erf(Unary):
     __slots__ = ()
+
+    def derivative(self, x, y):
+        return mx.multiply(mx.exp(mx.negative(mx.square(x))), _TWO_OVER_SQRT_PI)
 
 
 class ErfInv(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        return mx.divide(mx.exp(mx.square(self._output(x, y))), _TWO_OVER_SQRT_PI)
+
 
 class Sigmoid(Unary):
     __slots__ = ()
 
+    def derivative(self, x, y):
+        y = self._output(x, y)
+        return mx.multiply(y, mx.subtract(1, y))
 
-class LogicalNot(Unary):
+
+class LogicalNot(Piecewise):
     __slots__ = ()
 
 
-class IsNan(Unary):
+class IsNan(Piecewise):
     __slots__ = ()
 
 
-class IsInf(Unary):
+class IsInf(Piecewise):
     __slots__ = ()
 
 
-class IsFinite(Unary):
+class IsFinite(Piecewise):
     __slots__ = ()
 
 
-class IsPosInf(Unary):
+class IsPosInf(Piecewise):
     __slots__ = ()
 
 
-class IsNegInf(Unary):
+class IsNegInf(Piecewise):
     __slots__ = ()
 
 
@@ -250,24 +532,53 @@ class NanToNum(Unary):
         self.posinf = posinf
         self.neginf = neginf
 
+    def apply(self, x):
+        return mx.nan_to_num(x, self.nan, self.posinf, self.neginf, stream=self.stream)
+
+    # The identity where x is finite; replaced values are constants.
+    def derivative(self, x, y):
+        return mx.isfinite(x)
+
 
 class Conjugate(Unary):
     __slots__ = ()
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.conj(cotangents[0])]
+
+    def jvp(self, primals, tangents, argnums):
+        return [mx.conj(tangents[0])]
 
 
 class Real(Unary):
     __slots__ = ()
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.astype(cotangents[0], primals[0]._dtype)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [mx.real(tangents[0])]
+
 
 class Imag(Unary):
     __slots__ = ()
 
+    def apply(self, x):
+        return mx.imag(x, stream=self.stream)
 
-class BitwiseInvert(Unary):
+    # imag(x) = Re(-i x): its adjoint maps a real cotangent g to i g.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.multiply(cotangents[0], 1j)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [mx.imag(tangents[0])]
+
+
+class BitwiseInvert(Piecewise):
     __slots__ = ()
 
 
-class StopGradient(Unary):
+class StopGradient(Piecewise):
     """The identity, through which no gradient flows."""
 
     __slots__ = ()
@@ -277,110 +588,193 @@ class StopGradient(Unary):
 class Add(Binary):
     __slots__ = ()
 
+    def partial(self, i, a, b, y):
+        return 1
+
 
 class Subtract(Binary):
     __slots__ = ()
+
+    def partial(self, i, a, b, y):
+        return -1 if i else 1
 
 
 class Multiply(Binary):
     __slots__ = ()
 
+    def partial(self, i, a, b, y):
+        return a if i else b
+
 
 class Divide(Binary):
     __slots__ = ()
 
+    def partial(self, i, a, b, y):
+        if i == 0:
+            return mx.reciprocal(b)
+        return mx.negative(mx.divide(self._output(a, b, y), b))
 
-class FloorDivide(Binary):
+
+class Comparison(NoGradient, Binary):
+    """A binary operation with integer or bool values, or constant almost everywhere."""
+
+    __slots__ = ()
+
+
+class FloorDivide(Comparison):
     __slots__ = ()
 
 
 class Remainder(Binary):
     __slots__ = ()
 
+    # a % b = a - b * floor(a / b): the quotient is constant almost everywhere.
+    def partial(self, i, a, b, y):
+        return mx.negative(mx.floor_divide(a, b)) if i else 1
 
-class DivMod(BinaryMulti):
-    """Quotient and remainder of floor division: two outputs."""
+
+class BinaryMulti(Binary):
+    """A binary element-wise primitive with several outputs of the broadcast shape."""
 
     __slots__ = ()
+    n_outputs = 2
+
+    def output_shapes(self, inputs):
+        return [broadcast_shapes(inputs[0].shape, inputs[1].shape)] * self.n_outputs
+
+
+class DivMod(BinaryMulti):
+    """Quotient and remainder of floor division: two outputs.
+
+    The quotient has no gradient; the remainder's is that of :func:`remainder`.
+    """
+
+    __slots__ = ()
+
+    def apply(self, a, b):
+        return mx.divmod(a, b, stream=self.stream)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g = cotangents[1]
+        if outputs[1]._dtype.kind == "b":
+            return [None] * len(argnums)
+        return [_sum_to(g if i == 0 else mx.negative(mx.multiply(g, outputs[0])), primals[i]._shape)
+                for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        a, b = primals
+        if a._dtype.kind == "b":
+            return [None, None]
+        out = None
+        for i, t in zip(argnums, tangents):
+            out = _add(out, t if i == 0 else mx.negative(mx.multiply(t, mx.floor_divide(a, b))))
+        return [None, _broadcast_to(out, broadcast_shapes(a._shape, b._shape))]
+
+    def vmap(self, inputs, axes):
+        (a, b), k = _align(inputs, axes)
+        return self.apply(a, b), [k, k]
 
 
 class Power(Binary):
     __slots__ = ()
 
+    # d/db a**b = log(a) * a**b, taken as 0 where a**b is 0 (a = 0, b > 0) as in MLX.
+    def partial(self, i, a, b, y):
+        if i == 0:
+            return mx.multiply(b, mx.power(a, mx.subtract(b, 1)))
+        y = self._output(a, b, y)
+        return mx.where(mx.equal(y, 0), 0, mx.multiply(mx.log(a), y))
+
 
 class Maximum(Binary):
     __slots__ = ()
+
+    # MLX's subgradient: a tie (a == b) sends the gradient to b.
+    def partial(self, i, a, b, y):
+        return mx.less_equal(a, b) if i else mx.greater(a, b)
 
 
 class Minimum(Binary):
     __slots__ = ()
 
+    # As for maximum, a tie sends the gradient to b.
+    def partial(self, i, a, b, y):
+        return mx.greater_equal(a, b) if i else mx.less(a, b)
+
 
 class LogAddExp(Binary):
     __slots__ = ()
+
+    def partial(self, i, a, b, y):
+        return mx.exp(mx.subtract(b if i else a, self._output(a, b, y)))
 
 
 class ArcTan2(Binary):
     __slots__ = ()
 
+    # arctan2(a, b) = atan(a / b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
+    def partial(self, i, a, b, y):
+        r = mx.add(mx.square(a), mx.square(b))
+        return mx.negative(mx.divide(a, r)) if i else mx.divide(b, r)
 
-class Equal(Binary):
+
+class Equal(Comparison):
     __slots__ = ()
 
 
-class NotEqual(Binary):
+class NotEqual(Comparison):
     __slots__ = ()
 
 
-class Less(Binary):
+class Less(Comparison):
     __slots__ = ()
 
 
-class LessEqual(Binary):
+class LessEqual(Comparison):
     __slots__ = ()
 
 
-class Greater(Binary):
+class Greater(Comparison):
     __slots__ = ()
 
 
-class GreaterEqual(Binary):
+class GreaterEqual(Comparison):
     __slots__ = ()
 
 
-class LogicalAnd(Binary):
+class LogicalAnd(Comparison):
     __slots__ = ()
 
 
-class LogicalOr(Binary):
+class LogicalOr(Comparison):
     __slots__ = ()
 
 
-class LogicalXor(Binary):
+class LogicalXor(Comparison):
     __slots__ = ()
 
 
-class BitwiseAnd(Binary):
+class BitwiseAnd(Comparison):
     __slots__ = ()
 
 
-class BitwiseOr(Binary):
+class BitwiseOr(Comparison):
     __slots__ = ()
 
 
-class BitwiseXor(Binary):
+class BitwiseXor(Comparison):
     __slots__ = ()
 
 
-class LeftShift(Binary):
+class LeftShift(Comparison):
     __slots__ = ()
 
 
-class RightShift(Binary):
+class RightShift(Comparison):
     __slots__ = ()
 
 
-class IsClose(Binary):
+class IsClose(Comparison):
     __slots__ = ("rtol", "atol", "equal_nan")
 
     def __init__(self, stream, rtol, atol, equal_nan):
@@ -388,6 +782,10 @@ class IsClose(Binary):
         self.rtol = rtol
         self.atol = atol
         self.equal_nan = equal_nan
+
+    def apply(self, a, b):
+        return mx.isclose(a, b, self.rtol, self.atol, equal_nan=self.equal_nan,
+                          stream=self.stream)
 
 
 class AllClose(BinaryAll):
@@ -399,6 +797,10 @@ class AllClose(BinaryAll):
         self.atol = atol
         self.equal_nan = equal_nan
 
+    def elementwise(self, a, b):
+        return mx.isclose(a, b, self.rtol, self.atol, equal_nan=self.equal_nan,
+                          stream=self.stream)
+
 
 class ArrayEqual(BinaryAll):
     """Whether two arrays of one shape hold equal values."""
@@ -409,11 +811,41 @@ class ArrayEqual(BinaryAll):
         super().__init__(stream)
         self.equal_nan = equal_nan
 
+    def elementwise(self, a, b):
+        e = mx.equal(a, b, stream=self.stream)
+        if self.equal_nan and a._dtype.kind in "fc":
+            e = mx.logical_or(e, mx.logical_and(mx.isnan(a), mx.isnan(b)))
+        return e
+
 
 class Select(Ternary):
-    """``where(condition, x, y)``."""
+    """``where(condition, x, y)``: no gradient flows to the condition."""
 
     __slots__ = ()
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        c, g = primals[0], cotangents[0]
+        out = []
+        for i in argnums:
+            if i == 0:
+                out.append(None)
+            else:
+                gi = mx.where(c, g, 0) if i == 1 else mx.where(c, 0, g)
+                out.append(_sum_to(gi, primals[i]._shape))
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        ts = [None, None, None]
+        for i, t in zip(argnums, tangents):
+            ts[i] = t
+        if ts[1] is None and ts[2] is None:
+            return [None]
+        out = mx.where(primals[0], 0 if ts[1] is None else ts[1], 0 if ts[2] is None else ts[2])
+        return [_broadcast_to(out, broadcast_shapes(*(x._shape for x in primals)))]
+
+    def vmap(self, inputs, axes):
+        (c, x, y), k = _align(inputs, axes)
+        return [mx.where(c, x, y, stream=self.stream)], [k]
 
 
 # -- dtype rules -------------------------------------------------------------
@@ -467,6 +899,7 @@ def _unary(cls, name, rule, doc):
         raise DtypeError(r)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
+    cls._op = staticmethod(op)
     return op
 
 
@@ -502,6 +935,7 @@ def _binary(cls, name, rule, doc):
         return _lazy(sa if sa == sb else broadcast_shapes(sa, sb), o, cls(_ts(stream)), (a, b))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
+    cls._op = staticmethod(op)
     return op
 
 

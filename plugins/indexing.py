@@ -35,7 +35,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
 from lazyx.array import _become, array, from_buffer, lazy
 from lazyx.device import to_stream
-from lazyx.errors import AxisError, DtypeError, IndexOutOfRangeError, ShapeError
+from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -103,6 +103,13 @@ def _out_of_range(e: IndexError, prim) -> IndexOutOfRangeError:
                                 f"the array).")
 
 
+def _slice_key(starts: tuple, ends: tuple, strides: tuple) -> tuple:
+    """The NumPy index of a Slice (an end of -1 runs through index 0)."""
+    if -1 in ends:
+        ends = [None if e < 0 else e for e in ends]
+    return tuple(map(slice, starts, ends, strides))
+
+
 # -- primitives ------------------------------------------------------------------
 class Slice(Primitive):
     """``a[start:end:stride]`` along every axis (a view); ``end`` is ``-1`` where a
@@ -115,8 +122,7 @@ class Slice(Primitive):
         self.start_indices = start_indices
         self.end_indices = end_indices
         self.strides = strides
-        self._key = tuple(slice(b, e if e >= 0 else None, s)
-                          for b, e, s in zip(start_indices, end_indices, strides))
+        self._key = _slice_key(start_indices, end_indices, strides)
 
     def output_shapes(self, inputs):
         return [tuple(len(range(b, e, s)) for b, e, s in
@@ -134,8 +140,7 @@ class SliceUpdate(Primitive):
         self.start_indices = start_indices
         self.end_indices = end_indices
         self.strides = strides
-        self._key = tuple(slice(b, e if e >= 0 else None, s)
-                          for b, e, s in zip(start_indices, end_indices, strides))
+        self._key = _slice_key(start_indices, end_indices, strides)
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
@@ -228,10 +233,10 @@ def _along_shape(a_shape: tuple, i_shape: tuple, axis: int) -> tuple:
 
 
 # -- parsing an index --------------------------------------------------------------
-def _bad_type(k) -> DtypeError:
+def _bad_type(k) -> Exception:
     if isinstance(k, (bool, np.bool_)) or (isinstance(k, array) and k._dtype is dt.bool_):
-        return DtypeError("Boolean indices are not supported (as in MLX); use integer "
-                          "indices, or mx.where for masking.")
+        return ArgumentError("Boolean indices are not supported (as in MLX); use integer "
+                             "indices, or mx.where for masking.")
     return DtypeError(f"Cannot index an array with a value of type {type(k).__name__}: use "
                       f"ints, slices, None, ..., or integer arrays.")
 
@@ -253,10 +258,7 @@ def _host_index(k, n: int, axis: int) -> array:
     if x.size and (x.min() < -n or x.max() >= n):
         bad = x[(x < -n) | (x >= n)].reshape(-1)[0]
         raise IndexOutOfRangeError(f"Index {bad} is out of bounds for axis {axis} with size {n}.")
-    x = np.array(x, copy=True)
-    if x.dtype not in dt._BY_NUMPY:
-        x = x.astype(np.int64)
-    return from_buffer(x)
+    return from_buffer(np.array(x, copy=True))
 
 
 def _parse(shape: tuple, key, first: int):
@@ -366,31 +368,125 @@ def _basic_parts(shape: tuple, entries: tuple):
 
 
 # -- __getitem__ -----------------------------------------------------------------
+def _basic(shape: tuple, key):
+    """``(starts, ends, strides, sliced_shape, result_shape, is_full)`` for a key of
+    Python ints, slices, ``None`` and one ``...``, in one pass; None for any other key
+    (the general parser then handles it, or raises)."""
+    if type(key) is not tuple:
+        key = (key,)
+    nd = len(shape)
+    starts = []
+    ends = []
+    strides = []
+    sliced = []
+    result = []
+    full = True
+    ax = 0
+    for i, k in enumerate(key):
+        tk = type(k)
+        if tk is slice:
+            if ax >= nd:
+                return None
+            n = shape[ax]
+            b, e, st = k.indices(n)
+            m = len(range(b, e, st))
+            if m == 0:
+                b = e = 0
+                st = 1
+                full = False
+            elif st != 1 or m != n:
+                full = False
+            starts.append(b)
+            ends.append(e)
+            strides.append(st)
+            sliced.append(m)
+            result.append(m)
+            ax += 1
+        elif tk is _int:
+            if ax >= nd:
+                return None
+            n = shape[ax]
+            j = k + n if k < 0 else k
+            if j < 0 or j >= n:
+                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
+            starts.append(j)
+            ends.append(j + 1)
+            strides.append(1)
+            sliced.append(1)
+            full = False
+            ax += 1
+        elif k is None:
+            result.append(1)
+        elif k is Ellipsis:
+            rest = 0
+            for x in key[i + 1:]:
+                if x is Ellipsis:
+                    return None
+                if x is not None:
+                    rest += 1
+            for _ in range(nd - ax - rest):
+                n = shape[ax]
+                starts.append(0)
+                ends.append(n)
+                strides.append(1)
+                sliced.append(n)
+                result.append(n)
+                ax += 1
+        else:
+            return None
+    while ax < nd:
+        n = shape[ax]
+        starts.append(0)
+        ends.append(n)
+        strides.append(1)
+        sliced.append(n)
+        result.append(n)
+        ax += 1
+    return tuple(starts), tuple(ends), tuple(strides), tuple(sliced), tuple(result), full
+
+
+def _basic_parts(shape: tuple, entries: tuple):
+    """:func:`_basic`'s tuple for parsed basic ``entries``."""
+    starts, ends, strides, sliced, result = [], [], [], [], []
+    full = True
+    for ax, e in enumerate(x for x in entries if x[0] != "new"):
+        if e[0] == "slice":
+            b, en, st = e[1], e[2], e[3]
+            m = len(range(b, en, st))
+            if st != 1 or m != shape[ax]:
+                full = False
+        else:
+            b, en, st, m = e[1], e[1] + 1, 1, 1
+            full = False
+        starts.append(b)
+        ends.append(en)
+        strides.append(st)
+        sliced.append(m)
+    for e in entries:
+        if e[0] == "slice":
+            result.append(len(range(e[1], e[2], e[3])))
+        elif e[0] == "new":
+            result.append(1)
+    return tuple(starts), tuple(ends), tuple(strides), tuple(sliced), tuple(result), full
+
+
 def _getitem(self, key) -> array:
     """``self[key]``: basic indexing gives a view, integer arrays a gather (NumPy's rules)."""
     shape = self._shape
-    if type(key) is _int and shape:
-        # The commonest index (a row): one Slice and one reshape.
-        n = shape[0]
-        j = key + n if key < 0 else key
-        if j < 0 or j >= n:
-            raise IndexOutOfRangeError(f"Index {key} is out of bounds for axis 0 with size {n}.")
-        rest = shape[1:]
-        nd = len(rest)
-        x = lazy((1,) + rest, self._dtype,
-                 Slice(to_stream(None), (j,) + (0,) * nd, (j + 1,) + rest, (1,) * (nd + 1)), (self,))
-        return mx.reshape(x, rest)
-    entries, arrays = _parse(shape, key, 1)
-    stream = to_stream(None)
-    if arrays:
-        ins = (self,) + tuple(arrays)
-        out_shape = _indexed_shape(entries, [x._shape for x in ins])
-        return lazy(out_shape, self._dtype, Gather(stream, entries), ins)
-    starts, ends, strides, sliced, result, full = _basic_parts(shape, entries)
+    parts = _basic(shape, key)
+    if parts is None:
+        entries, arrays = _parse(shape, key, 1)
+        if arrays:
+            ins = (self,) + tuple(arrays)
+            out_shape = _indexed_shape(entries, [x._shape for x in ins])
+            return lazy(out_shape, self._dtype, Gather(to_stream(None), entries), ins)
+        parts = _basic_parts(shape, entries)
+    starts, ends, strides, sliced, result, full = parts
     x = self
     if not full:
-        x = lazy(sliced, self._dtype, Slice(stream, starts, ends, strides), (self,))
+        x = lazy(sliced, self._dtype, Slice(to_stream(None), starts, ends, strides), (self,))
     if result != sliced or x is self:
+        # Ints drop axes and None adds them; a whole-array index still gives a new object.
         x = mx.reshape(x, result)
     return x
 
@@ -423,16 +519,26 @@ def _scatter(a: array, key, value, reduce, transform=None) -> array:
     """A new array: ``a`` with ``value`` written (or combined by ``reduce``) at ``a[key]``."""
     a = a if type(a) is array else as_array(a)
     stream = to_stream(None)
-    entries, arrays = _parse(a._shape, key, 2)
-    if arrays:
-        ins_shapes = [a._shape, ()] + [x._shape for x in arrays]
-        target = _indexed_shape(entries, ins_shapes)
+    parts = _basic(a._shape, key) if reduce is None else None
+    if parts is not None:
+        v = _update_value(a, value, parts[4], stream, transform)
+        # The update lines up with the slice unless ints or None changed the axes.
+        if not v._shape or parts[4] == parts[3]:
+            return lazy(a._shape, a._dtype, SliceUpdate(stream, *parts[:3]), (a, v))
+        entries, arrays = _parse(a._shape, key, 2)
     else:
-        starts, ends, strides, sliced, target, full = _basic_parts(a._shape, entries)
-    v = _update_value(a, value, target, stream, transform)
-    if arrays or reduce is not None:
-        return lazy(a._shape, a._dtype, Scatter(stream, entries, reduce), (a, v) + tuple(arrays))
-    # A basic assignment: the update reshaped to the slice's dimensions (ints kept as 1).
+        entries, arrays = _parse(a._shape, key, 2)
+        if arrays:
+            target = _indexed_shape(entries, [a._shape, ()] + [x._shape for x in arrays])
+        else:
+            parts = _basic_parts(a._shape, entries)
+            target = parts[4]
+        v = _update_value(a, value, target, stream, transform)
+        if arrays or reduce is not None:
+            return lazy(a._shape, a._dtype, Scatter(stream, entries, reduce), (a, v) + tuple(arrays))
+    # A basic assignment whose ints or None change the axes: the update is reshaped to
+    # the slice's dimensions (1 where an int stood, nothing where a None did).
+    target = parts[4]
     vs = (1,) * (len(target) - len(v._shape)) + v._shape
     upd_shape = []
     t = 0
@@ -448,7 +554,7 @@ def _scatter(a: array, key, value, reduce, transform=None) -> array:
     upd_shape = tuple(upd_shape)
     if upd_shape != v._shape:
         v = mx.reshape(v, upd_shape, stream=stream)
-    return lazy(a._shape, a._dtype, SliceUpdate(stream, starts, ends, strides), (a, v))
+    return lazy(a._shape, a._dtype, SliceUpdate(stream, *parts[:3]), (a, v))
 
 
 def _setitem(self, key, value) -> None:
@@ -461,11 +567,13 @@ def _setitem(self, key, value) -> None:
     old = _new_array(array)
     _become(old, self)
     new = _scatter(old, key, value, None)
-    # Nodes that read ``self`` must keep reading the previous value: first those of the
-    # update's own graph (``a[0] = a[1]``), found by a walk; then any other consumer.
-    refs -= _redirect(new, self, old)
+    # Nodes that read ``self`` must keep reading the previous value. Only when something
+    # besides this statement holds ``self`` can there be any: first those of the update's
+    # own graph (``a[0] = a[1]``), found by a walk; then any other consumer.
     if refs > _CALLER_REFS:
-        _redirect_referrers(self, old)
+        refs -= _redirect(new, self, old)
+        if refs > _CALLER_REFS:
+            _redirect_referrers(self, old)
     _become(self, new)
 
 
@@ -541,7 +649,7 @@ class ArrayAt:
 
     def _apply(self, value, reduce, transform=None):
         if self._key is None:
-            raise IndexOutOfRangeError("Index the updater first: a.at[index].add(value).")
+            raise ArgumentError("Index the updater first: a.at[index].add(value).")
         return _scatter(self._array, self._key, value, reduce, transform)
 
     def add(self, value) -> array:

@@ -110,19 +110,22 @@ def _as_matrices(a: array, b: array, ax, bx, stream):
     batch at axis 0: ``(a2, b2, vec_a, vec_b)``, where ``vec_a`` / ``vec_b``
     say that the per-example ``a`` / ``b`` was a vector (its matrix dimension
     must be dropped from the product)."""
-    vec_a = len(a._shape) - (ax is not None) == 1
-    vec_b = len(b._shape) - (bx is not None) == 1
+    if ax is not None:
+        a = _batch_first(a, ax, 0, stream)
+    if bx is not None:
+        b = _batch_first(b, bx, 0, stream)
+    ra = len(a._shape) - (ax is not None)
+    rb = len(b._shape) - (bx is not None)
+    vec_a, vec_b = ra == 1, rb == 1
     if vec_a:  # a row vector: (..., k) -> (..., 1, k)
         a = mx.expand_dims(a, -2, stream=stream)
     if vec_b:  # a column vector: (..., k) -> (..., k, 1)
         b = mx.expand_dims(b, -1, stream=stream)
-        if bx is not None and bx == len(b._shape) - 2:
-            bx += 1  # the batch axis was the last one; it moved past the new one
-    rank = max(len(a._shape) - (ax is not None), len(b._shape) - (bx is not None))
+    rank = max(ra, rb, 2)
     if ax is not None:
-        a = _batch_first(a, ax if ax < len(a._shape) - 2 or not vec_a else ax, rank, stream)
+        a = _batch_first(a, 0, rank, stream)
     if bx is not None:
-        b = _batch_first(b, bx, rank, stream)
+        b = _batch_first(b, 0, rank, stream)
     return a, b, vec_a, vec_b
 
 
@@ -151,12 +154,14 @@ def _matmul_vjp(a: array, b: array, g: array, argnums, out_pos: int, stream) -> 
             bt = mx.swapaxes(b2, -1, -2, stream=stream)
             if complex_:
                 bt = mx.conjugate(bt, stream=stream)
-            out.append(sum_to_shape(mx.matmul(g, bt, stream=stream), a._shape, stream))
+            out.append(_reshape(sum_to_shape(mx.matmul(g, bt, stream=stream), a2._shape, stream),
+                                 a._shape, stream))
         else:
             at = mx.swapaxes(a2, -1, -2, stream=stream)
             if complex_:
                 at = mx.conjugate(at, stream=stream)
-            out.append(sum_to_shape(mx.matmul(at, g, stream=stream), b._shape, stream))
+            out.append(_reshape(sum_to_shape(mx.matmul(at, g, stream=stream), b2._shape, stream),
+                                 b._shape, stream))
     return out
 
 
@@ -257,10 +262,13 @@ class AddMM(Primitive):
         a, b, vec_a, vec_b = _as_matrices(a, b, ax, bx, s)
         if cx is not None:
             # Per-example c has at most the per-example output's dimensions.
-            c = _batch_first(c, cx, len(a._shape) - 1 - vec_a - vec_b, s)
-        if vec_b:
+            rank = max(len(a._shape), len(b._shape)) - 1 - vec_a - vec_b
+            c = _batch_first(c, cx, rank, s)
+        # c lines up with the product's per-example dimensions, vector ones
+        # removed; put them back (a 0-d c broadcasts as it is).
+        if vec_b and c._shape:
             c = mx.expand_dims(c, -1, stream=s)
-        if vec_a:
+        if vec_a and c._shape:
             c = mx.expand_dims(c, -2, stream=s)
         out = mx.addmm(c, a, b, alpha=self.alpha, beta=self.beta, stream=s)
         return [_drop_vector_dims(out, vec_a, vec_b, s)], [0]

@@ -31,7 +31,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
 from lazyx.array import array, from_buffer, lazy
 from lazyx.device import to_stream
-from lazyx.errors import DtypeError, ShapeError
+from lazyx.errors import DtypeError, ShapeError, TransformError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -57,6 +57,10 @@ class RandomBits(Primitive):
     (for odd ``n`` the last pair is ``(h - 1, 0)`` and only its first word is
     used). Bytes are taken in little-endian order. ``split(key, num)`` is
     ``RandomBits((num, 2), 4)``.
+
+    Random bits have no gradient: the cotangent of the keys and the tangent of
+    the bits are zeros. A batch of keys gives a batch of draws, each the draw
+    of its key, which is how ``vmap`` over keys works.
     """
 
     __slots__ = ("shape", "width")
@@ -74,6 +78,39 @@ class RandomBits(Primitive):
     def output_shapes(self, inputs):
         return [tuple(inputs[0].shape[:-1]) + self.shape]
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.zeros_like(primals[0], stream=self.stream) for _ in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        shape = primals[0]._shape[:-1] + self.shape
+        return [mx.zeros(shape, _UINT[self.width], stream=self.stream)]
+
+    def vmap(self, inputs, axes):
+        keys, ax = inputs[0], axes[0]
+        # The kernel draws for every key of (..., 2): the batch goes in front.
+        if ax != 0:
+            keys = mx.moveaxis(keys, ax, 0, stream=self.stream)
+        out = lazy(keys._shape[:-1] + self.shape, _UINT[self.width], self, (keys,))
+        return [out], [0]
+
+
+def _batched_matrices(inputs, axes, stream) -> list:
+    """Inputs of a matrix primitive with the batch axis in front, all batched.
+
+    An unbatched input is broadcast (a view) to the batched shape; a batch
+    axis among the matrix dimensions moves to the front.
+    """
+    out = []
+    size = None
+    for x, ax in zip(inputs, axes):
+        if ax is not None:
+            if ax != 0:
+                x = mx.moveaxis(x, ax, 0, stream=stream)
+            size = x._shape[0]
+        out.append(x)
+    return [x if ax is not None else mx.broadcast_to(x, (size,) + x._shape, stream=stream)
+            for x, ax in zip(out, axes)]
+
 
 class MatrixSqrt(Primitive):
     """``U @ diag(sqrt(S)) @ Vt`` from the SVD of each matrix in ``(..., n, n)``.
@@ -81,12 +118,75 @@ class MatrixSqrt(Primitive):
     For a covariance (symmetric positive semi-definite) matrix this is its
     symmetric square root, which is how ``multivariate_normal`` scales its
     samples; the SVD also accepts singular matrices.
+
+    Its derivative is :class:`MatrixSqrtDerivative`; it is unbounded where a
+    singular value is zero.
     """
 
     __slots__ = ()
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        # The derivative is self-adjoint, so the vjp applies it to the cotangent.
+        c = primals[0]
+        return [lazy(c._shape, c._dtype, MatrixSqrtDerivative(self.stream),
+                     (c, cotangents[0]))]
+
+    def jvp(self, primals, tangents, argnums):
+        c = primals[0]
+        return [lazy(c._shape, c._dtype, MatrixSqrtDerivative(self.stream), (c, tangents[0]))]
+
+    def vmap(self, inputs, axes):
+        c, ax = inputs[0], axes[0]
+        if ax >= len(c._shape) - 2:  # the batch must be a leading axis
+            c = mx.moveaxis(c, ax, 0, stream=self.stream)
+            ax = 0
+        return [lazy(c._shape, c._dtype, self, (c,))], [ax]
+
+
+class MatrixSqrtDerivative(Primitive):
+    """The derivative of :class:`MatrixSqrt` at ``c`` applied to ``t``; inputs ``(c, t)``.
+
+    With ``c = U diag(s) Vt`` and ``p = U^T t V`` split into its symmetric
+    part ``sym`` and its skew part ``skew``, the result is
+    ``U (sym * a + skew * b) Vt`` where
+    ``a[i, j] = 1 / (sqrt(s[i]) + sqrt(s[j]))`` and
+    ``b[i, j] = (sqrt(s[i]) + sqrt(s[j])) / (s[i] + s[j])``. It is linear
+    and self-adjoint in ``t``, so it is also the vjp. For a symmetric ``c``
+    and ``t`` it solves ``r x + x r = t`` with ``r`` the square root of ``c``.
+
+    The derivative with respect to ``c`` (a second derivative of the square
+    root) is not implemented and raises a :class:`TransformError`.
+    """
+
+    __slots__ = ()
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+    def _second_order(self, where: str):
+        raise TransformError(
+            f"[{self.name}.{where}] Second derivatives of the matrix square root "
+            f"(multivariate_normal) with respect to the matrix are not implemented; "
+            f"only the derivative with respect to the direction (input 1) is.")
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        if 0 in argnums:
+            self._second_order("vjp")
+        c = primals[0]
+        return [lazy(c._shape, c._dtype, self, (c, cotangents[0]))]
+
+    def jvp(self, primals, tangents, argnums):
+        if 0 in argnums:
+            self._second_order("jvp")
+        c = primals[0]
+        return [lazy(c._shape, c._dtype, self, (c, tangents[0]))]
+
+    def vmap(self, inputs, axes):
+        c, t = _batched_matrices(inputs, axes, self.stream)
+        return [lazy(c._shape, c._dtype, self, (c, t))], [0]
 
 
 # -- keys and the global state -------------------------------------------------
@@ -615,7 +715,7 @@ def multivariate_normal(mean, cov, shape=(), dtype=dt.float32, key=None,
     return mx.add(mean, scaled, stream=stream)
 
 
-PRIMITIVES = [RandomBits, MatrixSqrt]
+PRIMITIVES = [RandomBits, MatrixSqrt, MatrixSqrtDerivative]
 
 OPS = {
     "random.key": key, "random.split": split, "random.seed": seed, "random.state": state,

@@ -16,6 +16,7 @@ its NumPy kernel is one call. Kernels live in
 
 from __future__ import annotations
 
+import builtins
 import operator
 
 import lazyx.core as mx
@@ -131,6 +132,49 @@ class Reduce(_OverAxes):
         self.axes = axes
         self.keepdims = keepdims
 
+    # max/min: the gradient is shared equally among the elements equal to the
+    # extremum (MLX's convention); all/any have none.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        op = self.op
+        if op == "all" or op == "any":
+            return [None]
+        x, s = primals[0], self.stream
+        c = _expanded(cotangents[0], x._shape, self.axes, self.keepdims, s)
+        if op == "sum":
+            return [c]
+        if op == "prod":
+            return [mx.multiply(c, _prod_of_others(x, self.axes, s), stream=s)]
+        out = outputs[0]
+        if not self.keepdims:
+            out = mx.expand_dims(out, self.axes, stream=s)
+        return [mx.multiply(c, self._extremum_weights(x, out, s), stream=s)]
+
+    def jvp(self, primals, tangents, argnums):
+        op = self.op
+        if op == "all" or op == "any":
+            return [None]
+        x, t, s = primals[0], tangents[0], self.stream
+        if op == "prod":
+            t = mx.multiply(t, _prod_of_others(x, self.axes, s), stream=s)
+        elif op != "sum":
+            out = _reduce(op, x, self.axes, True, s)
+            t = mx.multiply(t, self._extremum_weights(x, out, s), stream=s)
+        return [_reduce("sum", t, self.axes, self.keepdims, s)]
+
+    def vmap(self, inputs, axes):
+        x, ax = inputs[0], axes[0]
+        new, out_ax = _batched_axes(self.axes, ax, self.keepdims)
+        return [getattr(mx, self.op)(x, axis=new, keepdims=self.keepdims, stream=self.stream)], \
+            [out_ax]
+
+    def _extremum_weights(self, x, out, s):
+        """1/count where ``x`` equals the extremum of its group (``out``, reduced axes
+        kept), else 0."""
+        hit = mx.equal(x, out, stream=s)
+        count = _reduce("sum", hit, self.axes, True, s)
+        d = x._dtype if x._dtype.kind in "fc" else _float32
+        return mx.divide(cast(hit, d, s), count, stream=s)
+
 
 class ArgReduce(Primitive):
     """Index of the ``op`` (``argmax``/``argmin``) element along ``axis``, as uint32.
@@ -153,6 +197,27 @@ class ArgReduce(Primitive):
             return [(1,) * len(shape) if self.keepdims else ()]
         return [reduced_shape(shape, (self.axis,), self.keepdims)]
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [None]
+
+    def jvp(self, primals, tangents, argnums):
+        return [None]
+
+    def vmap(self, inputs, axes):
+        x, ax, s = inputs[0], axes[0], self.stream
+        fn = getattr(mx, self.op)
+        if self.axis is None:
+            # Each example is flattened on its own: batch in front, the rest in one axis.
+            if ax != 0:
+                x = mx.moveaxis(x, ax, 0, stream=s)
+            n = x._shape[0]
+            out = fn(mx.reshape(x, (n, -1), stream=s), axis=1, stream=s)
+            if self.keepdims:
+                out = mx.reshape(out, (n,) + (1,) * (len(x._shape) - 1), stream=s)
+            return [out], [0]
+        new, out_ax = _batched_axes((self.axis,), ax, self.keepdims)
+        return [fn(x, axis=new[0], keepdims=self.keepdims, stream=s)], [out_ax]
+
 
 class LogSumExp(_OverAxes):
     """``log(sum(exp(x)))`` over ``axes``, computed stably as ``m + log(sum(exp(x - m)))``
@@ -160,12 +225,65 @@ class LogSumExp(_OverAxes):
 
     __slots__ = ()
 
+    def _softmax(self, x, out, s):
+        out = out if self.keepdims else mx.expand_dims(out, self.axes, stream=s)
+        return mx.exp(mx.subtract(x, out, stream=s), stream=s)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        x, s = primals[0], self.stream
+        c = _expanded(cotangents[0], x._shape, self.axes, self.keepdims, s)
+        return [mx.multiply(c, self._softmax(x, outputs[0], s), stream=s)]
+
+    def jvp(self, primals, tangents, argnums):
+        x, s = primals[0], self.stream
+        out = mx.logsumexp(x, self.axes, keepdims=self.keepdims, stream=s)
+        w = mx.multiply(tangents[0], self._softmax(x, out, s), stream=s)
+        return [_reduce("sum", w, self.axes, self.keepdims, s)]
+
+    def vmap(self, inputs, axes):
+        new, out_ax = _batched_axes(self.axes, axes[0], self.keepdims)
+        return [mx.logsumexp(inputs[0], new, keepdims=self.keepdims, stream=self.stream)], \
+            [out_ax]
+
 
 class Median(_OverAxes):
     """The median over ``axes`` (mean of the two middle values for an even count;
-    NaN when the slice holds a NaN). The input is inexact; the output has its dtype."""
+    NaN when the slice holds a NaN). The input is inexact; the output has its dtype.
+
+    The gradient goes to the middle element of each sorted slice (half to each of
+    the two middle ones for an even count).
+    """
 
     __slots__ = ()
+
+    def _middle(self, x, s):
+        """``x`` grouped (reduced axes flattened last), the positions of the middle
+        element(s) of each group in it, and their weight."""
+        g, undo = _grouped(x, self.axes, s)
+        n = g._shape[-1]
+        mid = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+        order = mx.argsort(g, axis=-1, stream=s)
+        idx = mx.take(order, mx.array(mid, dtype=dt.int32), axis=-1, stream=s)
+        return g, undo, idx, 1.0 / len(mid)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        x, s = primals[0], self.stream
+        g, undo, idx, w = self._middle(x, s)
+        c = mx.reshape(mx.multiply(cotangents[0], w, stream=s), g._shape[:-1] + (1,), stream=s)
+        c = mx.broadcast_to(c, idx._shape, stream=s)
+        return [undo(mx.put_along_axis(mx.zeros_like(g, stream=s), idx, c, axis=-1, stream=s))]
+
+    def jvp(self, primals, tangents, argnums):
+        x, s = primals[0], self.stream
+        g, undo, idx, w = self._middle(x, s)
+        t, _ = _grouped(tangents[0], self.axes, s)
+        picked = mx.take_along_axis(t, idx, axis=-1, stream=s)
+        out = mx.multiply(mx.sum(picked, axis=-1, stream=s), w, stream=s)
+        return [mx.reshape(out, reduced_shape(x._shape, self.axes, self.keepdims), stream=s)]
+
+    def vmap(self, inputs, axes):
+        new, out_ax = _batched_axes(self.axes, axes[0], self.keepdims)
+        return [mx.median(inputs[0], new, keepdims=self.keepdims, stream=self.stream)], [out_ax]
 
 
 class Scan(Primitive):
@@ -189,6 +307,208 @@ class Scan(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def _inclusive(self, x, s):
+        """The forward inclusive scan of ``x`` (already flipped when reversed)."""
+        return getattr(mx, _SCAN_FUNCTIONS[self.op])(x, axis=self.axis, stream=s)
+
+    # Other than sum, the rules are written for a forward inclusive scan: a reversed
+    # scan is the forward one of the flipped input, and an exclusive scan is the
+    # inclusive one shifted by one place.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        x, c, s, ax = primals[0], cotangents[0], self.stream, self.axis
+        if self.op == "sum":
+            return [mx.cumsum(c, axis=ax, reverse=not self.reverse, inclusive=self.inclusive,
+                              stream=s)]
+        if x._shape[ax] == 0:
+            return [mx.zeros_like(x, stream=s)]
+        out = outputs[0]
+        if self.reverse:
+            x, c, out = _flip(x, ax, s), _flip(c, ax, s), _flip(out, ax, s)
+        if not self.inclusive:
+            c = _shift(c, ax, -1, s)
+            out = self._inclusive(x, s)
+        g = _SCAN_VJP[self.op](x, out, c, ax, s)
+        return [_flip(g, ax, s) if self.reverse else g]
+
+    def jvp(self, primals, tangents, argnums):
+        x, t, s, ax = primals[0], tangents[0], self.stream, self.axis
+        if self.op == "sum":
+            return [mx.cumsum(t, axis=ax, reverse=self.reverse, inclusive=self.inclusive,
+                              stream=s)]
+        if x._shape[ax] == 0:
+            return [mx.zeros_like(x, stream=s)]
+        if self.reverse:
+            x, t = _flip(x, ax, s), _flip(t, ax, s)
+        r = _SCAN_JVP[self.op](x, self._inclusive(x, s), t, ax, s)
+        if not self.inclusive:
+            r = _shift(r, ax, 1, s)
+        return [_flip(r, ax, s) if self.reverse else r]
+
+    def vmap(self, inputs, axes):
+        (new,), out_ax = _batched_axes((self.axis,), axes[0], True)
+        fn = getattr(mx, _SCAN_FUNCTIONS[self.op])
+        return [fn(inputs[0], axis=new, reverse=self.reverse, inclusive=self.inclusive,
+                   stream=self.stream)], [out_ax]
+
+
+# -- transform-rule helpers -----------------------------------------------------------
+_SCAN_FUNCTIONS = {"sum": "cumsum", "prod": "cumprod", "max": "cummax", "min": "cummin",
+                   "logaddexp": "logcumsumexp"}
+
+
+def _batched_axes(axes: tuple, bx: int, keepdims: bool):
+    """``axes`` of one example as axes of the batch (batch axis ``bx``), and the batch
+    axis of the result of reducing them."""
+    new = tuple(a + (a >= bx) for a in axes)
+    return new, bx if keepdims else bx - builtins.sum(1 for a in axes if a < bx)
+
+
+def _expanded(c, shape: tuple, axes: tuple, keepdims: bool, s):
+    """A reduction's cotangent broadcast back to the input's ``shape``."""
+    if not keepdims:
+        c = mx.expand_dims(c, axes, stream=s)
+    return mx.broadcast_to(c, shape, stream=s)
+
+
+def _grouped(x, axes: tuple, s):
+    """``x`` with ``axes`` moved last and flattened into one, and the inverse map."""
+    shape = x._shape
+    nd = len(shape)
+    rest = [i for i in range(nd) if i not in axes]
+    perm = rest + list(axes)
+    moved = perm != list(range(nd))
+    if moved:
+        x = mx.transpose(x, perm, stream=s)
+    tshape = x._shape
+    if len(axes) != 1:
+        x = mx.reshape(x, tshape[:len(rest)] + (_size(shape, axes),), stream=s)
+    inverse = [perm.index(i) for i in range(nd)]
+
+    def undo(y):
+        if len(axes) != 1:
+            y = mx.reshape(y, tshape, stream=s)
+        return mx.transpose(y, inverse, stream=s) if moved else y
+    return x, undo
+
+
+def _prod_of_others(x, axes: tuple, s):
+    """For each element, the product of the other elements of its group (no division,
+    so exact with zeros): exclusive products from the left times from the right."""
+    g, undo = _grouped(x, axes, s)
+    left = mx.cumprod(g, axis=-1, inclusive=False, stream=s)
+    right = mx.cumprod(g, axis=-1, reverse=True, inclusive=False, stream=s)
+    return undo(mx.multiply(left, right, stream=s))
+
+
+def _flip(x, axis: int, s):
+    return mx.flip(x, axis=axis, stream=s)
+
+
+def _shift(x, axis: int, by: int, s):
+    """``x`` moved one place along ``axis`` (``by`` = 1: later, -1: earlier), zero-filled."""
+    n = x._shape[axis]
+    head = (builtins.slice(None),) * axis
+    zero = mx.zeros(x._shape[:axis] + (1,) + x._shape[axis + 1:], x._dtype, stream=s)
+    if by > 0:
+        return mx.concatenate([zero, x[head + (builtins.slice(0, n - 1),)]], axis=axis, stream=s)
+    return mx.concatenate([x[head + (builtins.slice(1, n),)], zero], axis=axis, stream=s)
+
+
+def _positions(x, axis: int, s):
+    """0, 1, ... along ``axis`` (int32), shaped to broadcast against ``x``."""
+    n = x._shape[axis]
+    shape = [1] * len(x._shape)
+    shape[axis] = n
+    return mx.reshape(mx.arange(n, dtype=_int32, stream=s), tuple(shape), stream=s)
+
+
+def _first_zero(x, axis: int, s):
+    """(no zero up to here, count of zeros up to here, the first zero) along ``axis``."""
+    z = mx.equal(x, 0, stream=s)
+    count = mx.cumsum(z, axis=axis, stream=s)
+    first = mx.logical_and(z, mx.equal(count, 1, stream=s), stream=s)
+    return z, count, first
+
+
+def _cumprod_vjp(x, out, c, axis, s):
+    # Before the first zero: sum_{j>=i} c_j out_j / x_i. At the first zero z: the
+    # products with x_z replaced by 1. After it every product holds x_z: zero.
+    z, count, first = _first_zero(x, axis, s)
+    rev = mx.cumsum(mx.multiply(c, out, stream=s), axis=axis, reverse=True, stream=s)
+    before = mx.divide(rev, mx.where(z, 1, x, stream=s), stream=s)
+    skip = mx.cumprod(mx.where(first, 1, x, stream=s), axis=axis, stream=s)
+    at = mx.cumsum(mx.multiply(c, skip, stream=s), axis=axis, reverse=True, stream=s)
+    zero = mx.zeros_like(x, stream=s)
+    return mx.where(mx.equal(count, 0, stream=s), before, mx.where(first, at, zero, stream=s),
+                    stream=s)
+
+
+def _cumprod_jvp(x, out, t, axis, s):
+    z, count, first = _first_zero(x, axis, s)
+    before = mx.multiply(out, mx.cumsum(mx.divide(t, mx.where(z, 1, x, stream=s), stream=s),
+                                        axis=axis, stream=s), stream=s)
+    skip = mx.cumprod(mx.where(first, 1, x, stream=s), axis=axis, stream=s)
+    t_first = mx.cumsum(mx.where(first, t, 0, stream=s), axis=axis, stream=s)
+    one = mx.multiply(t_first, skip, stream=s)
+    zero = mx.zeros_like(out, stream=s)
+    return mx.where(mx.equal(count, 0, stream=s), before,
+                    mx.where(mx.equal(count, 1, stream=s), one, zero, stream=s), stream=s)
+
+
+def _cumext_vjp(x, out, c, axis, s):
+    # Output j comes from the last i <= j where x_i equals the running extremum
+    # (MLX's choice among ties), so input i collects the cotangents from i up to
+    # the next such position.
+    n = x._shape[axis]
+    sets = mx.equal(x, out, stream=s)
+    pos = _positions(x, axis, s)
+    nxt = mx.cummin(mx.where(sets, pos, n, stream=s), axis=axis, reverse=True, inclusive=False,
+                    stream=s)
+    nxt = mx.minimum(nxt, n, stream=s)
+    tail = mx.cumsum(c, axis=axis, reverse=True, stream=s)
+    zero = mx.zeros(x._shape[:axis] + (1,) + x._shape[axis + 1:], tail._dtype, stream=s)
+    padded = mx.concatenate([tail, zero], axis=axis, stream=s)
+    g = mx.subtract(tail, mx.take_along_axis(padded, nxt, axis=axis, stream=s), stream=s)
+    return mx.where(sets, g, mx.zeros_like(g, stream=s), stream=s)
+
+
+def _cumext_jvp(x, out, t, axis, s):
+    sets = mx.equal(x, out, stream=s)
+    src = mx.cummax(mx.where(sets, _positions(x, axis, s), 0, stream=s), axis=axis, stream=s)
+    return mx.take_along_axis(t, src, axis=axis, stream=s)
+
+
+def _logcumsumexp_vjp(x, out, c, axis, s):
+    # sum_{j>=i} c_j exp(x_i - out_j), summed in the log domain, positive and
+    # negative cotangents apart, so nothing overflows.
+    ninf = float("-inf")
+    res = None
+    for mask, v in ((mx.greater(c, 0, stream=s), c), (mx.less(c, 0, stream=s),
+                                                      mx.negative(c, stream=s))):
+        logs = mx.where(mask, mx.subtract(mx.log(v, stream=s), out, stream=s), ninf, stream=s)
+        part = mx.exp(mx.add(x, mx.logcumsumexp(logs, axis=axis, reverse=True, stream=s),
+                             stream=s), stream=s)
+        res = part if res is None else mx.subtract(res, part, stream=s)
+    return res
+
+
+def _logcumsumexp_jvp(x, out, t, axis, s):
+    ninf = float("-inf")
+    res = None
+    for mask, v in ((mx.greater(t, 0, stream=s), t), (mx.less(t, 0, stream=s),
+                                                      mx.negative(t, stream=s))):
+        logs = mx.where(mask, mx.add(x, mx.log(v, stream=s), stream=s), ninf, stream=s)
+        part = mx.exp(mx.subtract(mx.logcumsumexp(logs, axis=axis, stream=s), out, stream=s),
+                      stream=s)
+        res = part if res is None else mx.subtract(res, part, stream=s)
+    return res
+
+
+_SCAN_VJP = {"prod": _cumprod_vjp, "max": _cumext_vjp, "min": _cumext_vjp,
+             "logaddexp": _logcumsumexp_vjp}
+_SCAN_JVP = {"prod": _cumprod_jvp, "max": _cumext_jvp, "min": _cumext_jvp,
+             "logaddexp": _logcumsumexp_jvp}
 
 
 # -- reductions ------------------------------------------------------------------

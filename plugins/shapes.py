@@ -25,7 +25,7 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes as _broadcast_shapes, cast, normalize_axis
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
-from lazyx.errors import AxisError, DtypeError, IndexOutOfRangeError, ShapeError
+from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
@@ -200,8 +200,8 @@ class DynamicSlice(Primitive):
 
 class DynamicSliceUpdate(Primitive):
     """``a`` with a block replaced by the update (second input); the block starts at the
-    third input along ``axes`` and at 0 elsewhere, and spans the update's dimensions
-    (left-padded with ones) along ``axes`` and all of ``a`` along the other axes."""
+    third input along ``axes`` and at 0 elsewhere. It has the update's dimensions, and
+    for leading axes the update lacks, 1 on ``axes`` and all of ``a`` elsewhere."""
 
     __slots__ = ("axes",)
 
@@ -401,6 +401,13 @@ def _diagonal_shape(shape: tuple, offset: int, ax1: int, ax2: int) -> tuple:
     else:
         n = max(0, min(d1 + offset, d2))
     return tuple(d for i, d in enumerate(shape) if i != ax1 and i != ax2) + (n,)
+
+
+def _update_block(a_shape: tuple, u_shape: tuple, axes: tuple) -> tuple:
+    """The block a dynamic slice update writes: the update's own dimensions, and for the
+    leading axes it lacks, 1 on the sliced ``axes`` and all of ``a`` elsewhere (as MLX)."""
+    lead = len(a_shape) - len(u_shape)
+    return tuple((1 if i in axes else a_shape[i]) for i in range(lead)) + u_shape
 
 
 def _alias(a: array, stream) -> array:
@@ -801,7 +808,7 @@ def split(a, /, indices_or_sections, axis: int = 0, *, stream=None) -> list:
     if isinstance(indices_or_sections, (_int, np.integer)) and not isinstance(indices_or_sections, bool):
         k = _int(indices_or_sections)
         if k <= 0:
-            raise ShapeError(f"[split] The number of sections must be positive, got {k}.")
+            raise ArgumentError(f"[split] The number of sections must be positive, got {k}.")
         if n % k:
             raise ShapeError(f"[split] An axis of size {n} (array shape {a._shape}, axis {ax}) "
                              f"cannot be split into {k} equal sections.")
@@ -858,7 +865,7 @@ def repeat(array, repeats: int, axis=None, *, stream=None):
     except TypeError:
         raise DtypeError(f"[repeat] repeats must be an integer, got {repeats!r}.") from None
     if repeats < 0:
-        raise ShapeError(f"[repeat] The number of repeats cannot be negative, got {repeats}.")
+        raise ArgumentError(f"[repeat] The number of repeats cannot be negative, got {repeats}.")
     if axis is None:
         a = reshape(a, (-1,), stream=stream)
         ax = 0
@@ -932,7 +939,7 @@ def pad(a, pad_width, mode: str = "constant", constant_values=0, *, stream=None)
     """
     a = _operand(a)
     if mode not in _PAD_MODES:
-        raise ShapeError(f"[pad] Invalid padding mode {mode!r}; use one of {', '.join(_PAD_MODES)}.")
+        raise ArgumentError(f"[pad] Invalid padding mode {mode!r}; use one of {', '.join(_PAD_MODES)}.")
     pairs = _pad_pairs(pad_width, len(a._shape))
     axes = tuple(i for i, (lo, hi) in enumerate(pairs) if lo or hi)
     if not axes:
@@ -1244,8 +1251,9 @@ def slice(a, start_indices, axes, slice_size, *, stream=None) -> array:
 def slice_update(a, update, start_indices, axes, *, stream=None) -> array:
     """Update a sub-array of the input array, starting at positions held in an array.
 
-    The block spans the update's dimensions (left-padded with ones) along ``axes`` and
-    all of ``a`` along the other axes; the update broadcasts to it.
+    The block written has the update's dimensions (aligned to the right); leading axes
+    the update lacks count 1 if they are among ``axes`` and span ``a`` otherwise, the
+    update repeating along them.
 
     Args:
         a (array): The input array to update.
@@ -1264,12 +1272,10 @@ def slice_update(a, update, start_indices, axes, *, stream=None) -> array:
     if len(us) > nd:
         raise ShapeError(f"[slice_update] An update of shape {us} has more dimensions than "
                          f"the array of shape {a._shape}.")
-    padded = (1,) * (nd - len(us)) + us
-    block = tuple(padded[i] if i in axes else a._shape[i] for i in range(nd))
-    if any(b > d for b, d in zip(block, a._shape)) or any(
-            p != 1 and p != b for p, b in zip(padded, block)):
-        raise ShapeError(f"[slice_update] An update of shape {us} does not fit a block of "
-                         f"{a._shape} along axes {axes}.")
+    block = _update_block(a._shape, us, axes)
+    if any(b > d for b, d in zip(block, a._shape)):
+        raise ShapeError(f"[slice_update] An update of shape {us} does not fit in an array of "
+                         f"shape {a._shape}.")
     start = _start_indices(start_indices, axes, a._shape, block, "slice_update")
     return lazy(a._shape, a._dtype, DynamicSliceUpdate(to_stream(stream), axes), (a, u, start))
 

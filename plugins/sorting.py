@@ -34,19 +34,81 @@ class _AlongAxis(Primitive):
         return [inputs[0].shape]
 
 
-class Sort(_AlongAxis):
+class _Permuting(_AlongAxis):
+    """A primitive whose output holds input elements along ``axis``: ``out[j] = x[src[j]]``.
+
+    Kernels may order equal (or, for partition and topk, any) elements freely, so
+    the rules recover ``src`` from the outputs themselves: the ``r``-th smallest
+    output comes from the ``r``-th smallest input (stable orders, NaNs last),
+    which pairs equal values with distinct equal inputs.
+    """
+
+    __slots__ = ()
+
+    def _sources(self, x, out, s):
+        return mx.take_along_axis(mx.argsort(x, axis=self.axis, stream=s),
+                                  _ranks(out, self.axis, s), axis=self.axis, stream=s)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        x, s = primals[0], self.stream
+        src = self._sources(x, outputs[0], s)
+        return [mx.put_along_axis(mx.zeros_like(x, stream=s), src, cotangents[0],
+                                  axis=self.axis, stream=s)]
+
+    def jvp(self, primals, tangents, argnums):
+        x, s = primals[0], self.stream
+        src = self._sources(x, self._forward(x, self.axis, s), s)
+        return [mx.take_along_axis(tangents[0], src, axis=self.axis, stream=s)]
+
+    def vmap(self, inputs, axes):
+        ax = axes[0]
+        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
+
+
+def _ranks(a, axis: int, s):
+    """The rank of each element of ``a`` along ``axis`` (a stable sort's inverse)."""
+    return mx.argsort(mx.argsort(a, axis=axis, stream=s), axis=axis, stream=s)
+
+
+class _IndexOutput(_AlongAxis):
+    """Index outputs: no gradient; batching moves the axis."""
+
+    __slots__ = ()
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [None]
+
+    def jvp(self, primals, tangents, argnums):
+        return [None]
+
+    def vmap(self, inputs, axes):
+        ax = axes[0]
+        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
+
+
+class Sort(_Permuting):
     """The input sorted along ``axis`` (NaNs last)."""
 
     __slots__ = ()
 
+    def _sources(self, x, out, s):
+        # The output is sorted: its ranks are 0, 1, ... already.
+        return mx.argsort(x, axis=self.axis, stream=s)
 
-class ArgSort(_AlongAxis):
+    def _forward(self, x, axis, s):
+        return mx.sort(x, axis=axis, stream=s)
+
+
+class ArgSort(_IndexOutput):
     """The uint32 indices that sort the input along ``axis``; stable for equal keys."""
 
     __slots__ = ()
 
+    def _forward(self, x, axis, s):
+        return mx.argsort(x, axis=axis, stream=s)
 
-class Partition(_AlongAxis):
+
+class Partition(_Permuting):
     """The input partitioned along ``axis``: position ``kth`` (in ``[0, n)``) holds the
     element a sort would put there, smaller-or-equal ones before it, the rest after."""
 
@@ -57,11 +119,22 @@ class Partition(_AlongAxis):
         self.kth = kth
         self.axis = axis
 
+    def _forward(self, x, axis, s):
+        return mx.partition(x, self.kth, axis=axis, stream=s)
 
-class ArgPartition(Partition):
+
+class ArgPartition(_IndexOutput):
     """The uint32 indices that partition the input along ``axis`` (see :class:`Partition`)."""
 
-    __slots__ = ()
+    __slots__ = ("kth",)
+
+    def __init__(self, stream, kth: int, axis: int):
+        self.stream = stream
+        self.kth = kth
+        self.axis = axis
+
+    def _forward(self, x, axis, s):
+        return mx.argpartition(x, self.kth, axis=axis, stream=s)
 
 
 class TopK(Primitive):
@@ -80,6 +153,24 @@ class TopK(Primitive):
         s[self.axis] = self.k
         return [tuple(s)]
 
+    # As for Sort and Partition: the r-th smallest of the k outputs comes from the
+    # r-th smallest of the k largest inputs.
+    def _sources(self, x, out, s):
+        axis, n = self.axis, x._shape[self.axis]
+        head = (slice(None),) * axis
+        largest = mx.argsort(x, axis=axis, stream=s)[head + (slice(n - self.k, n),)]
+        return mx.take_along_axis(largest, _ranks(out, axis, s), axis=axis, stream=s)
+
+    vjp = _Permuting.vjp
+    jvp = _Permuting.jvp
+
+    def _forward(self, x, axis, s):
+        return mx.topk(x, self.k, axis=axis, stream=s)
+
+    def vmap(self, inputs, axes):
+        ax = axes[0]
+        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
+
 
 class SearchSorted(Primitive):
     """For each of ``values`` (input 1), its insertion index into the ascending 1-D
@@ -94,6 +185,44 @@ class SearchSorted(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[1].shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [None for _ in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        return [None]
+
+    def vmap(self, inputs, axes):
+        seq, vals = inputs
+        sx, vx = axes
+        s = self.stream
+        if sx is None:
+            return [mx.searchsorted(seq, vals, side=self.side, stream=s)], [vx]
+        # One sequence per example: count, for each value, the elements before it
+        # (in the order that puts NaNs last).
+        if sx != 0:
+            seq = mx.moveaxis(seq, sx, 0, stream=s)
+        b, n = seq._shape
+        if vx is None:
+            vals = mx.expand_dims(vals, 0, stream=s)
+        elif vx != 0:
+            vals = mx.moveaxis(vals, vx, 0, stream=s)
+        v = mx.expand_dims(vals, -1, stream=s)
+        q = mx.reshape(seq, (b,) + (1,) * (len(v._shape) - 2) + (n,), stream=s)
+        if self.side == "left":
+            before = mx.less(q, v, stream=s)
+            if q._dtype.kind in "fc":
+                before = mx.logical_or(before, mx.logical_and(
+                    mx.isnan(v, stream=s), mx.logical_not(mx.isnan(q, stream=s), stream=s),
+                    stream=s), stream=s)
+        else:
+            before = mx.less_equal(q, v, stream=s)
+            if q._dtype.kind in "fc":
+                before = mx.logical_or(before, mx.isnan(v, stream=s), stream=s)
+        count = mx.sum(before, axis=-1, stream=s)
+        if vx is None:
+            count = mx.broadcast_to(count, (b,) + count._shape[1:], stream=s)
+        return [mx.astype(count, _uint32, stream=s)], [0]
 
 
 # -- argument helpers ------------------------------------------------------------

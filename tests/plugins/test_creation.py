@@ -243,3 +243,17 @@ def test_meshgrid_edge_cases():
 def test_created_arrays_feed_other_ops(d):
     a = mx.ones((2, 3), d) + mx.arange(3, dtype=d)
     assert_close(a, np.ones((2, 3)) + np.arange(3), d)
+
+
+@pytest.mark.parametrize("name", ["bartlett", "blackman", "hamming", "hanning"])
+def test_windows(name):
+    fn, ref = getattr(mx, name), getattr(np, name)
+    for m in (0, 1, 2, 5, 6, 33, np.int64(4), True):
+        out = fn(m)
+        assert out._data is None  # lazy, like the other creation functions
+        assert_close(out, np.maximum(ref(int(m)), 0), mx.float32, atol=1e-6, msg=f"{name}({m})")
+    assert fn(-3).shape == (0,) and fn(-3).dtype is mx.float32
+    assert fn(M=4, stream=mx.cpu).shape == (4,)
+    with pytest.raises(DtypeError, match="M must be an integer"):
+        fn(2.5)
+    assert fn(mx.array(3)).shape == (3,)  # integer arrays index, as in MLX

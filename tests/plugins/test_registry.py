@@ -25,3 +25,18 @@ def test_every_primitive_has_a_cpu_kernel(backend):
     b = backends()[backend]
     missing = [c.name for c in PRIMITIVES if getattr(resolve_kernel(b, c)[0], "missing", False)]
     assert not missing, f"{backend} lacks kernels for {missing}"
+
+
+# MLX's own functions without a stream argument.
+NO_STREAM = {"broadcast_shapes", "random.key", "random.seed", "random.state"}
+
+
+def test_every_op_takes_a_stream_keyword():
+    import inspect
+    lacking = []
+    for name, (fn, info) in registry.ops.items():
+        if name.startswith("array.") or name in NO_STREAM or not callable(fn) or isinstance(fn, type):
+            continue
+        if "stream" not in inspect.signature(fn).parameters:
+            lacking.append(f"{name} ({info.distribution})")
+    assert not lacking, f"ops without stream=: {lacking}"

@@ -34,6 +34,16 @@ def _linspace(p, ins):
                        dtype=np.float64).astype(p.dtype.np)
 
 
+_WINDOWS = {"bartlett": np.bartlett, "blackman": np.blackman, "hamming": np.hamming,
+            "hanning": np.hanning}
+
+
+def _window(p, ins):
+    # Computed in float64 and rounded once; clip Blackman's -1e-17 end points to zero as MLX.
+    w = _WINDOWS[p.kind](p.m)
+    return np.maximum(w, 0.0).astype(np.float32)
+
+
 KERNELS = {
     cr.Fill: _fill,
     cr.Full: _full,
@@ -41,4 +51,5 @@ KERNELS = {
     cr.Linspace: _linspace,
     cr.Eye: lambda p, ins: np.eye(p.n, p.m, p.k, dtype=p.dtype.np),
     cr.Tri: lambda p, ins: np.tri(p.n, p.m, p.k, dtype=p.dtype.np),
+    cr.Window: _window,
 }

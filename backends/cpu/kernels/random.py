@@ -72,12 +72,30 @@ def _random_bits(p, ins):
 def _matrix_sqrt(p, ins):
     c = ins[0]
     if c.size == 0:
-        return np.zeros(c.shape, np.float32)
+        return np.zeros(c.shape, c.dtype)
     u, s, vt = np.linalg.svd(c.astype(np.float64))
-    return np.matmul(u * np.sqrt(s)[..., None, :], vt).astype(np.float32)
+    return np.matmul(u * np.sqrt(s)[..., None, :], vt).astype(c.dtype)
+
+
+def _matrix_sqrt_derivative(p, ins):
+    c, t = ins
+    if c.size == 0:
+        return np.zeros(c.shape, c.dtype)
+    u, s, vt = np.linalg.svd(c.astype(np.float64))
+    q = np.sqrt(s)
+    qq = q[..., :, None] + q[..., None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = 1.0 / qq
+        b = qq / (s[..., :, None] + s[..., None, :])
+    pm = np.matmul(np.matmul(np.swapaxes(u, -1, -2), t.astype(np.float64)),
+                   np.swapaxes(vt, -1, -2))
+    pt = np.swapaxes(pm, -1, -2)
+    k = (pm + pt) * (0.5 * a) + (pm - pt) * (0.5 * b)
+    return np.matmul(np.matmul(u, k), vt).astype(c.dtype)
 
 
 KERNELS = {
     rd.RandomBits: _random_bits,
     rd.MatrixSqrt: _matrix_sqrt,
+    rd.MatrixSqrtDerivative: _matrix_sqrt_derivative,
 }

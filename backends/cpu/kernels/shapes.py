@@ -64,13 +64,12 @@ def _dynamic_slice(p, ins):
 def _dynamic_slice_update(p, ins):
     x, u, start = ins
     nd = x.ndim
-    padded = (1,) * (nd - u.ndim) + u.shape
-    block = tuple(padded[i] if i in p.axes else x.shape[i] for i in range(nd))
-    key = [slice(None)] * nd
+    block = sh._update_block(x.shape, u.shape, p.axes)
+    key = [slice(0, b) for b in block]
     for ax, b in zip(p.axes, _starts(p, start, x.shape, block)):
         key[ax] = slice(b, b + block[ax])
     out = x.copy()
-    out[tuple(key)] = u.reshape(padded)
+    out[tuple(key)] = u
     return out
 
 

@@ -57,12 +57,12 @@ RowStats row_stats(const typename IO::T* x, size_t n, typename IO::T* out, float
     }
     // A NaN in x makes its exp, and so the sum, NaN; so does inf - inf.
     for (size_t i = 0; i < full; ++i) {
-      const vf e = vexp(IO::load(xb + i * W) - m);
+      const vf e = vexp_nonpositive(IO::load(xb + i * W) - m);
       s += e;
       if constexpr (kStore) IO::store(out + b0 + i * W, e);
     }
     if (rem) {
-      const vf e = vexp(IO::load_partial(xb + full * W, rem, -kInf) - m);
+      const vf e = vexp_nonpositive(IO::load_partial(xb + full * W, rem, -kInf) - m);
       s += e;
       if constexpr (kStore) IO::store_partial(out + b0 + full * W, e, rem);
     }
@@ -116,10 +116,10 @@ void softmax_row(const typename IO::T* x, typename IO::T* out, size_t n, float* 
   } else {
     const size_t full = n / W, rem = n % W;
     const vf mv = splat(st.max);
-    for (size_t i = 0; i < full; ++i) IO::store(out + i * W, vexp(IO::load(x + i * W) - mv) * inv);
+    for (size_t i = 0; i < full; ++i) IO::store(out + i * W, vexp_nonpositive(IO::load(x + i * W) - mv) * inv);
     if (rem) {
       const vf v = IO::load_partial(x + full * W, rem, -kInf);
-      IO::store_partial(out + full * W, vexp(v - mv) * inv, rem);
+      IO::store_partial(out + full * W, vexp_nonpositive(v - mv) * inv, rem);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,15 @@ namespace lazyx {
 namespace {
 
 std::atomic<int> g_threads{0};  // 0: not chosen yet
+constexpr int kSpinMicros = 200;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 struct Job {
   detail::ChunkFn fn;
@@ -54,12 +64,14 @@ class Pool {
   }
 
   void post(const std::shared_ptr<Job>& job) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = job;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
+      wake = sleepers_ > 0;
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
   }
 
   void retire(const std::shared_ptr<Job>& job) {
@@ -73,11 +85,19 @@ class Pool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      // Spin a little before sleeping: kernels often come back to back, and
+      // waking a sleeping thread (its idle vCPU) can take far longer than the work.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+      while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+        for (int i = 0; i < 64; ++i) cpu_relax();
+      }
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
+        ++sleepers_;
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+        --sleepers_;
+        seen = generation_.load(std::memory_order_relaxed);
         job = job_;
       }
       if (job && job->helpers.fetch_add(1, std::memory_order_relaxed) < job->max_helpers) job->work();
@@ -87,7 +107,8 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<Job> job_;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  size_t sleepers_ = 0;
   size_t workers_ = 0;
 };
 

@@ -1,6 +1,7 @@
 // Splitting a kernel's rows over threads.
 //
-// A small pool of helper threads waits on a condition variable. A parallel
+// A small pool of helper threads waits on a condition variable (after spinning
+// for 200 us, so back-to-back kernels find them awake). A parallel
 // kernel cuts its rows into a few chunks per thread; the calling thread and
 // whichever helpers wake up claim chunks from an atomic counter, and the
 // caller returns once every claimed chunk is done. A helper that wakes late

@@ -1,0 +1,270 @@
+"""Vectorising map: ``vmap``.
+
+``vmap(fun)`` calls ``fun`` once on *placeholders*: arrays of the per-example
+shape (the mapped axis removed) that stand for the mapped arguments and cannot
+be evaluated. Then it replays the recorded graph from the placeholders to the
+outputs: a node with a batched input is rebuilt by its primitive's ``vmap``
+rule, a node without one (including everything already evaluated) is kept as
+it is. The result is an ordinary lazy graph, so ``vmap`` nests and composes
+with the other transforms.
+
+The rule contract: ``vmap(inputs, axes) -> (outputs, out_axes)``. ``inputs``
+are the node's inputs with the batched ones replaced by their batched arrays;
+``axes[i]`` is the (non-negative) batch axis of ``inputs[i]`` or ``None`` when
+that input is not batched (at least one is). Return one array per output and
+the batch axis of each (``None`` for an output that does not depend on the
+batch; the walker then broadcasts it).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import lazyx.core as mx
+
+from ..array import array, lazy
+from ..device import to_stream
+from ..errors import ArgumentError, AxisError, ShapeError, TransformError
+from ..primitive import Primitive
+from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
+
+__all__ = ["vmap", "Placeholder"]
+
+_array = array
+_seq = itertools.count(1)
+
+
+class Placeholder(Primitive):
+    """Stands for one example of a mapped argument while ``vmap`` traces the function."""
+
+    # ``seq`` keeps two placeholders of one shape distinct (they stand for different data).
+    __slots__ = ("shape", "seq")
+
+    def __init__(self, stream, shape: tuple, seq: int):
+        self.stream = stream
+        self.shape = shape
+        self.seq = seq
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+    def eval_cpu(self, inputs):
+        raise TransformError(
+            "[vmap] Cannot evaluate an array that depends on a mapped argument inside the "
+            "function being vmapped (item(), printing, eval, NumPy conversion): its values "
+            "exist only once vmap has returned.")
+
+    eval_gpu = eval_cpu
+
+
+def _is_axis_spec(x) -> bool:
+    return x is None or not isinstance(x, (list, tuple, dict))
+
+
+def _axis_value(ax, where: str, what: str):
+    if ax is None:
+        return None
+    if isinstance(ax, bool) or not isinstance(ax, int):
+        if hasattr(ax, "__index__") and not isinstance(ax, bool):
+            return ax.__index__()
+        raise ArgumentError(f"[vmap] {what} for {where} must be an int or None, got {ax!r}.")
+    return ax
+
+
+def _arg_paths(treedef, n_args: int) -> list:
+    """Leaf paths of the argument tuple written as ``argument 1['w']``."""
+    out = []
+    for p in leaf_paths(treedef):
+        close = p.index("]")
+        out.append(f"argument {p[1:close]}{p[close + 1:]}")
+    return out
+
+
+def _replay(outputs, mapped: dict, size: int) -> None:
+    """Batch every node between the placeholders in ``mapped`` and ``outputs``.
+
+    ``mapped`` maps ``id(array)`` to ``(batched array, axis)``; it is filled in for
+    every node that depends on a placeholder.
+    """
+    order = []
+    seen = set()
+    add = seen.add
+    for r in outputs:
+        if r._data is not None or r._prim is None or id(r) in seen:
+            continue
+        stack = [(r, 0)]
+        while stack:
+            a, i = stack.pop()
+            ins = a._inputs
+            n = len(ins)
+            while i < n:
+                x = ins[i]
+                i += 1
+                if x._data is not None or x._prim is None or id(x) in seen:
+                    continue
+                stack.append((a, i))
+                stack.append((x, 0))
+                break
+            else:
+                sib = a._siblings
+                if sib is None:
+                    add(id(a))
+                else:
+                    for s in sib:
+                        add(id(s))
+                order.append(a)
+    get = mapped.get
+    for a in order:
+        ins = a._inputs
+        new_ins = None
+        for i, x in enumerate(ins):
+            m = get(id(x))
+            if m is not None:
+                if new_ins is None:
+                    new_ins = list(ins)
+                    axes = [None] * len(ins)
+                new_ins[i] = m[0]
+                axes[i] = m[1]
+        if new_ins is None:
+            continue
+        prim = a._prim
+        sib = a._siblings
+        outs = (a,) if sib is None else sib
+        res, res_axes = prim.vmap(new_ins, axes)
+        if len(res) != len(outs) or len(res_axes) != len(outs):
+            raise TransformError(f"[{prim.name}.vmap] returned {len(res)} outputs and "
+                                 f"{len(res_axes)} axes for a node with {len(outs)} outputs.")
+        for j, (o, b, ax) in enumerate(zip(outs, res, res_axes)):
+            if ax is None:
+                b, ax = _broadcast(b, 0, size), 0
+            s = o._shape
+            want = s[:ax] + (size,) + s[ax:]
+            if b._shape != want or b._dtype is not o._dtype:
+                raise TransformError(
+                    f"[{prim.name}.vmap] output {j} has shape {b._shape} and dtype "
+                    f"{b._dtype.name}; batching shape {s} at axis {ax} over {size} examples "
+                    f"needs shape {want} and dtype {o._dtype.name}.")
+            mapped[id(o)] = (b, ax)
+
+
+def _broadcast(x: array, axis: int, size: int) -> array:
+    s = x._shape
+    return mx.broadcast_to(mx.expand_dims(x, axis), s[:axis] + (size,) + s[axis:])
+
+
+def vmap(fun, in_axes=0, out_axes=0):
+    """Returns a vectorized version of ``fun``.
+
+    Args:
+        fun (Callable): A function which takes a variable number of arrays or
+          trees of arrays and returns a variable number of arrays or trees of
+          arrays.
+        in_axes (int, optional): An integer or a valid prefix tree of the inputs
+          to ``fun`` where each node specifies the vmapped axis. If the value is
+          ``None`` then the corresponding input(s) are not vmapped. Defaults to
+          ``0``.
+        out_axes (int, optional): An integer or a valid prefix tree of the
+          outputs of ``fun`` where each node specifies the vmapped axis. If the
+          value is ``None`` then the corresponding output(s) are not vmapped
+          (they must not depend on a mapped input). Defaults to ``0``.
+
+    Returns:
+        Callable: The vectorized function.
+
+    Example:
+        >>> mx.vmap(lambda x, y: x * y, in_axes=(0, None))(mx.ones((3, 2)), mx.ones(2)).shape
+        (3, 2)
+    """
+
+    def vectorized(*args, **kwargs):
+        if kwargs:
+            raise ArgumentError(f"[vmap] Keyword arguments are not supported; got "
+                                f"{sorted(kwargs)}. Pass them positionally (None in in_axes "
+                                f"leaves an argument unmapped).")
+        leaves, treedef = flatten(args)
+        if isinstance(in_axes, (list, tuple)):
+            if len(in_axes) != len(args):
+                raise ArgumentError(f"[vmap] in_axes has {len(in_axes)} entries but the "
+                                    f"function was called with {len(args)} argument(s).")
+            axes = []
+            for i, (spec, d) in enumerate(zip(in_axes, treedef[1])):
+                axes.extend(broadcast_prefix(spec, d, 0, f"argument {i}", "[vmap] in_axes",
+                                             _is_axis_spec))
+        elif isinstance(in_axes, dict):
+            raise ArgumentError("[vmap] in_axes must be an int, None, or a tuple with one "
+                                "entry per argument; got a dict.")
+        else:
+            axes = [in_axes] * len(leaves)
+        paths = None
+        size = None
+        first = None
+        mapped: dict = {}
+        new_leaves = list(leaves)
+        for k, (x, ax) in enumerate(zip(leaves, axes)):
+            if ax is None:
+                continue
+            if paths is None:
+                paths = _arg_paths(treedef, len(args))
+            ax = _axis_value(ax, paths[k], "in_axes")
+            if not isinstance(x, _array):
+                raise ArgumentError(f"[vmap] {paths[k]} is {describe(x)}: only arrays can be "
+                                    f"mapped (give it None in in_axes).")
+            s = x._shape
+            nd = len(s)
+            if not -nd <= ax < nd:
+                raise AxisError(f"[vmap] in_axes {ax} is out of bounds for {paths[k]} of shape "
+                                f"{s}.")
+            ax %= nd
+            if size is None:
+                size, first = s[ax], (paths[k], ax)
+            elif s[ax] != size:
+                raise ShapeError(f"[vmap] Inconsistent sizes of the mapped axes: {first[0]} has "
+                                 f"size {size} along axis {first[1]} but {paths[k]} has size "
+                                 f"{s[ax]} along axis {ax}.")
+            p = x._prim
+            ph = lazy(s[:ax] + s[ax + 1:], x._dtype,
+                      Placeholder(p.stream if p is not None else to_stream(None),
+                                  s[:ax] + s[ax + 1:], next(_seq)), ())
+            mapped[id(ph)] = (x, ax)
+            new_leaves[k] = ph
+        if size is None:
+            raise ArgumentError("[vmap] At least one of in_axes must be non-None: no argument "
+                                "is mapped.")
+        out = fun(*unflatten(treedef, new_leaves))
+        out_leaves, out_def = flatten(out)
+        out_paths = leaf_paths(out_def)
+        for x, p in zip(out_leaves, out_paths):
+            if not isinstance(x, _array):
+                raise ArgumentError(f"[vmap] The function must return arrays or trees of "
+                                    f"arrays; output{p} is {describe(x)}.")
+        oaxes = broadcast_prefix(out_axes, out_def, len(out_leaves), "output",
+                                 "[vmap] out_axes", _is_axis_spec)
+        _replay(out_leaves, mapped, size)
+        results = []
+        for x, oa, p in zip(out_leaves, oaxes, out_paths):
+            oa = _axis_value(oa, f"output{p}", "out_axes")
+            m = mapped.get(id(x))
+            if oa is None:
+                if m is not None:
+                    raise ArgumentError(f"[vmap] out_axes is None for output{p}, but it depends "
+                                        f"on a mapped argument.")
+                results.append(x)
+                continue
+            nd = len(x._shape) + 1
+            if not -nd <= oa < nd:
+                raise AxisError(f"[vmap] out_axes {oa} is out of bounds for output{p}, which "
+                                f"has {nd} dimensions once batched (shape {x._shape} per "
+                                f"example).")
+            oa %= nd
+            if m is None:
+                results.append(_broadcast(x, oa, size))
+            else:
+                b, ax = m
+                results.append(b if ax == oa else mx.moveaxis(b, ax, oa))
+        return unflatten(out_def, results)
+
+    vectorized.__name__ = getattr(fun, "__name__", "function")
+    vectorized.__qualname__ = getattr(fun, "__qualname__", vectorized.__name__)
+    vectorized.__doc__ = getattr(fun, "__doc__", None)
+    vectorized.__wrapped__ = fun
+    return vectorized
