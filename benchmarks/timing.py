@@ -19,21 +19,27 @@ def samples(fn, *, budget_s: float, min_repeats: int = 1, max_repeats: int = 200
     return times
 
 
-def compare(fns: dict, *, budget_s: float, rounds: int = 3, warmup: int = 2) -> dict:
+def compare(fns: dict, *, budget_s: float, rounds: int = 8, warmup: int = 2,
+            gap_s: float = 0.02) -> dict:
     """{name: median seconds} for zero-argument callables measured side by side.
 
     Each callable is warmed up, then the callables take turns for ``rounds``
     rounds, each round spending ``budget_s / rounds`` per callable; the median
     is over all of a callable's samples. Taking turns spreads a passing
-    disturbance (another process, a core waking up) over every column.
+    disturbance (another process, a core waking up) over every column; the
+    order rotates each round and each turn starts after ``gap_s`` of idleness,
+    so that no column always runs while the previous one's thread pool (OpenMP,
+    OpenBLAS, XLA) is still spinning on the other core.
     """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    got = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            got[name] += samples(fn, budget_s=budget_s / rounds)
+    names = list(fns)
+    got = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(gap_s)
+            got[name] += samples(fns[name], budget_s=budget_s / rounds)
     return {name: statistics.median(ts) for name, ts in got.items()}
 
 

@@ -1077,15 +1077,17 @@ def radians(a, /, *, stream=None) -> array:
 
 
 def astype(a, /, dtype, *, stream=None) -> array:
-    """``a`` converted to ``dtype`` (``a`` itself when it already has it).
+    """``a`` converted to ``dtype``.
 
     Complex values convert to real types by dropping the imaginary part;
-    floats convert to integers by truncation toward zero.
+    floats convert to integers by truncation toward zero. The result is always a
+    new array object, even when ``a`` already has ``dtype`` (an assignment into
+    the result must not change ``a``); the conversion then costs no copy.
     """
     a = _input(a)
     dtype = dt.to_dtype(dtype)
-    if a._dtype is dtype:
-        return a
+    if a._dtype is dtype and a._data is not None:
+        return from_buffer(a._data, dtype)
     return lazy(a._shape, dtype, AsType(to_stream(stream), dtype), (a,))
 
 

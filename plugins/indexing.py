@@ -4,7 +4,8 @@
 An index is parsed once into *entries*, one per input axis plus one per new axis:
 
 * ``("slice", start, stop, step)``: normalised as ``slice.indices`` gives it (``stop``
-  is ``-1`` for a negative step that runs through index 0);
+  is ``-1`` for a negative step that runs through index 0; an empty slice is
+  ``(0, 0, 1)``);
 * ``("int", i)``: a non-negative integer, checked against the axis at the call;
 * ``("new",)``: a new axis of size 1 (``None``);
 * ``("array", k)``: the integer index array held by the node's input ``k``.
@@ -17,7 +18,8 @@ assigning to it, or any ``a.at[...]`` update, a :class:`Scatter`. Boolean masks 
 refused, as MLX refuses them.
 
 ``__setitem__`` is functional, as in MLX: ``a[idx] = v`` makes the Python object ``a``
-refer to a new node; other references to the old value keep it. Integer indices out of
+refer to a new node; nodes built from the old value keep reading it (see
+:func:`_setitem`). Integer indices out of
 range raise :class:`IndexOutOfRangeError` at the call when the index is a Python int or
 host data (list, NumPy array), and at evaluation when it is a lazyx array (where MLX
 reads or writes out of bounds).
@@ -98,11 +100,6 @@ def _indexed_shape(entries: tuple, index_shapes) -> tuple:
     return tuple(b) + tuple(dims)
 
 
-def _out_of_range(e: IndexError, prim) -> IndexOutOfRangeError:
-    return IndexOutOfRangeError(f"[{prim.name}] {e} (an index array holds a position outside "
-                                f"the array).")
-
-
 def _slice_key(starts: tuple, ends: tuple, strides: tuple) -> tuple:
     """The NumPy index of a Slice (an end of -1 runs through index 0)."""
     if -1 in ends:
@@ -111,9 +108,9 @@ def _slice_key(starts: tuple, ends: tuple, strides: tuple) -> tuple:
 
 
 # -- primitives ------------------------------------------------------------------
-class Slice(Primitive):
-    """``a[start:end:stride]`` along every axis (a view); ``end`` is ``-1`` where a
-    negative stride runs through index 0."""
+class _Strided(Primitive):
+    """Parameters of a strided block of every axis: ``start_indices``, ``end_indices``
+    (``-1`` where a negative stride runs through index 0) and ``strides``."""
 
     __slots__ = ("start_indices", "end_indices", "strides", "_key")
 
@@ -123,24 +120,23 @@ class Slice(Primitive):
         self.end_indices = end_indices
         self.strides = strides
         self._key = _slice_key(start_indices, end_indices, strides)
+
+
+class Slice(_Strided):
+    """``a[start:end:stride]`` along every axis (a view)."""
+
+    __slots__ = ()
 
     def output_shapes(self, inputs):
         return [tuple(len(range(b, e, s)) for b, e, s in
                       zip(self.start_indices, self.end_indices, self.strides))]
 
 
-class SliceUpdate(Primitive):
+class SliceUpdate(_Strided):
     """``a`` with ``a[start:end:stride]`` replaced by the update (second input), which
     broadcasts to the slice."""
 
-    __slots__ = ("start_indices", "end_indices", "strides", "_key")
-
-    def __init__(self, stream, start_indices: tuple, end_indices: tuple, strides: tuple):
-        super().__init__(stream)
-        self.start_indices = start_indices
-        self.end_indices = end_indices
-        self.strides = strides
-        self._key = _slice_key(start_indices, end_indices, strides)
+    __slots__ = ()
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
@@ -155,20 +151,36 @@ class Gather(Primitive):
     def __init__(self, stream, entries: tuple):
         super().__init__(stream)
         self.entries = entries
-        self._template, self._places = _key_template(entries)
-        # One index array among whole-axis slices is np.take, NumPy's fastest gather;
-        # the kernel confirms the slices span their axes (their stops are the sizes).
-        self._take_axis = -1
-        self._take_rest = None
-        if len(self._places) == 1:
-            pos = self._places[0][0]
-            rest = [e for i, e in enumerate(entries) if i != pos]
-            if all(e[0] == "slice" and e[1] == 0 and e[3] == 1 for e in rest):
-                self._take_axis = pos
-                self._take_rest = tuple(e[2] for e in rest)
+        plan = _GATHER_PLANS.get(entries)
+        if plan is None:
+            plan = _gather_plan(entries)
+        self._template, self._places, self._take_axis, self._take_rest = plan
 
     def output_shapes(self, inputs):
         return [_indexed_shape(self.entries, [x.shape for x in inputs])]
+
+
+_GATHER_PLANS: dict = {}
+
+
+def _gather_plan(entries: tuple) -> tuple:
+    """``(template, places, take_axis, take_rest)`` of a Gather, cached by entries.
+
+    One index array among whole-axis slices is np.take, NumPy's fastest gather
+    (``take_axis``); the kernel confirms that the slices span their axes (their stops,
+    ``take_rest``, are the sizes).
+    """
+    template, places = _key_template(entries)
+    take_axis, take_rest = -1, None
+    if len(places) == 1:
+        pos = places[0][0]
+        rest = [e for i, e in enumerate(entries) if i != pos]
+        if all(e[0] == "slice" and e[1] == 0 and e[3] == 1 for e in rest):
+            take_axis, take_rest = pos, tuple(e[2] for e in rest)
+    if len(_GATHER_PLANS) > 1024:
+        _GATHER_PLANS.clear()
+    plan = _GATHER_PLANS[entries] = (template, places, take_axis, take_rest)
+    return plan
 
 
 class Scatter(Primitive):
@@ -233,6 +245,10 @@ def _along_shape(a_shape: tuple, i_shape: tuple, axis: int) -> tuple:
 
 
 # -- parsing an index --------------------------------------------------------------
+def _out_of_bounds(k, axis: int, n: int) -> IndexOutOfRangeError:
+    return IndexOutOfRangeError(f"Index {k} is out of bounds for axis {axis} with size {n}.")
+
+
 def _bad_type(k) -> Exception:
     if isinstance(k, (bool, np.bool_)) or (isinstance(k, array) and k._dtype is dt.bool_):
         return ArgumentError("Boolean indices are not supported (as in MLX); use integer "
@@ -254,10 +270,11 @@ def _host_index(k, n: int, axis: int) -> array:
         if x.size == 0:
             x = x.astype(np.int32)
         else:
-            raise DtypeError(f"Indices must be integers, got dtype {x.dtype} from {type(k).__name__}.")
+            raise DtypeError(f"Indices must be integers, got dtype {x.dtype} from "
+                             f"{type(k).__name__}.")
     if x.size and (x.min() < -n or x.max() >= n):
         bad = x[(x < -n) | (x >= n)].reshape(-1)[0]
-        raise IndexOutOfRangeError(f"Index {bad} is out of bounds for axis {axis} with size {n}.")
+        raise _out_of_bounds(bad, axis, n)
     return from_buffer(np.array(x, copy=True))
 
 
@@ -296,11 +313,12 @@ def _parse(shape: tuple, key, first: int):
                 b, e, s = 0, 0, 1  # an empty slice; a negative start would mean the end
             entries.append(("slice", b, e, s))
             ax += 1
-        elif tk is _int:
+        elif tk is _int or isinstance(k, np.integer):
             n = shape[ax]
+            k = _int(k)
             j = k + n if k < 0 else k
             if j < 0 or j >= n:
-                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
+                raise _out_of_bounds(k, ax, n)
             entries.append(("int", j))
             ax += 1
         elif k is None:
@@ -313,17 +331,10 @@ def _parse(shape: tuple, key, first: int):
             if k._dtype.kind not in "iu":
                 if k._dtype is dt.bool_:
                     raise _bad_type(k)
-                raise DtypeError(f"Indices must be integers, got an array of dtype {k._dtype.name}.")
+                raise DtypeError(f"Indices must be integers, got an array of dtype "
+                                 f"{k._dtype.name}.")
             arrays.append(k)
             entries.append(("array", len(arrays) + first - 1))
-            ax += 1
-        elif isinstance(k, np.integer):
-            n = shape[ax]
-            k = _int(k)
-            j = k + n if k < 0 else k
-            if j < 0 or j >= n:
-                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
-            entries.append(("int", j))
             ax += 1
         elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(k, np.bool_):
             arrays.append(_host_index(k, shape[ax], ax))
@@ -382,6 +393,7 @@ def _basic(shape: tuple, key):
     result = []
     full = True
     ax = 0
+    whole = ()
     for i, k in enumerate(key):
         tk = type(k)
         if tk is slice:
@@ -408,7 +420,7 @@ def _basic(shape: tuple, key):
             n = shape[ax]
             j = k + n if k < 0 else k
             if j < 0 or j >= n:
-                raise IndexOutOfRangeError(f"Index {k} is out of bounds for axis {ax} with size {n}.")
+                raise _out_of_bounds(k, ax, n)
             starts.append(j)
             ends.append(j + 1)
             strides.append(1)
@@ -424,25 +436,22 @@ def _basic(shape: tuple, key):
                     return None
                 if x is not None:
                     rest += 1
-            for _ in range(nd - ax - rest):
-                n = shape[ax]
-                starts.append(0)
-                ends.append(n)
-                strides.append(1)
-                sliced.append(n)
-                result.append(n)
-                ax += 1
+            whole = shape[ax:nd - rest]
         else:
             return None
-    while ax < nd:
-        n = shape[ax]
-        starts.append(0)
-        ends.append(n)
-        strides.append(1)
-        sliced.append(n)
-        result.append(n)
-        ax += 1
-    return tuple(starts), tuple(ends), tuple(strides), tuple(sliced), tuple(result), full
+        if whole:
+            # Whole axes, for an ellipsis and (below) the axes the key leaves out.
+            starts += (0,) * len(whole)
+            ends += whole
+            strides += (1,) * len(whole)
+            sliced += whole
+            result += whole
+            ax += len(whole)
+            whole = ()
+    whole = shape[ax:]
+    return (tuple(starts) + (0,) * len(whole), tuple(ends) + whole,
+            tuple(strides) + (1,) * len(whole), tuple(sliced) + whole, tuple(result) + whole,
+            full)
 
 
 def _basic_parts(shape: tuple, entries: tuple):
@@ -470,9 +479,34 @@ def _basic_parts(shape: tuple, entries: tuple):
     return tuple(starts), tuple(ends), tuple(strides), tuple(sliced), tuple(result), full
 
 
+_TAKE_ENTRIES: dict = {}
+
+
 def _getitem(self, key) -> array:
     """``self[key]``: basic indexing gives a view, integer arrays a gather (NumPy's rules)."""
     shape = self._shape
+    if type(key) is _int and shape:
+        # A row, the commonest index (iteration): a one-row Slice, reshaped.
+        n = shape[0]
+        j = key + n if key < 0 else key
+        if j < 0 or j >= n:
+            raise _out_of_bounds(key, 0, n)
+        rest = shape[1:]
+        zeros = (0,) * len(rest)
+        x = lazy((1,) + rest, self._dtype,
+                 Slice(to_stream(None), (j,) + zeros, (j + 1,) + rest, (1,) * (len(rest) + 1)),
+                 (self,))
+        return mx.reshape(x, rest)
+    if type(key) is array and key._dtype.kind in "iu" and shape:
+        # One index array on the first axis (an embedding lookup): a take.
+        entries = _TAKE_ENTRIES.get(shape)
+        if entries is None:
+            entries = _TAKE_ENTRIES[shape] = (("array", 1),) + tuple(
+                ("slice", 0, n, 1) for n in shape[1:])
+            if len(_TAKE_ENTRIES) > 1024:
+                _TAKE_ENTRIES.clear()
+        return lazy(key._shape + shape[1:], self._dtype, Gather(to_stream(None), entries),
+                    (self, key))
     parts = _basic(shape, key)
     if parts is None:
         entries, arrays = _parse(shape, key, 1)
@@ -503,16 +537,20 @@ def _update_value(a: array, value, target: tuple, stream, transform=None) -> arr
     v = cast(v, a._dtype, stream)
     vs = v._shape
     nt = len(target)
-    if len(vs) > nt:
-        if any(d != 1 for d in vs[:len(vs) - nt]):
-            raise ShapeError(f"Cannot broadcast an update of shape {vs} to the indexed shape {target}.")
-        v = mx.reshape(v, vs[len(vs) - nt:], stream=stream)
-        vs = v._shape
     off = nt - len(vs)
-    for i, d in enumerate(vs):
-        if d != 1 and d != target[off + i]:
-            raise ShapeError(f"Cannot broadcast an update of shape {vs} to the indexed shape {target}.")
+    if off < 0 and any(d != 1 for d in vs[:-off]):
+        raise _unbroadcastable(vs, target)
+    for i, d in enumerate(vs[max(0, -off):]):
+        if d != 1 and d != target[max(0, off) + i]:
+            raise _unbroadcastable(vs, target)
+    if off < 0:
+        v = mx.reshape(v, vs[-off:], stream=stream)
     return v
+
+
+def _unbroadcastable(shape: tuple, target: tuple) -> ShapeError:
+    return ShapeError(f"Cannot broadcast an update of shape {shape} to the indexed shape "
+                      f"{target}.")
 
 
 def _scatter(a: array, key, value, reduce, transform=None) -> array:
@@ -535,7 +573,8 @@ def _scatter(a: array, key, value, reduce, transform=None) -> array:
             target = parts[4]
         v = _update_value(a, value, target, stream, transform)
         if arrays or reduce is not None:
-            return lazy(a._shape, a._dtype, Scatter(stream, entries, reduce), (a, v) + tuple(arrays))
+            return lazy(a._shape, a._dtype, Scatter(stream, entries, reduce),
+                        (a, v) + tuple(arrays))
     # A basic assignment whose ints or None change the axes: the update is reshaped to
     # the slice's dimensions (1 where an int stood, nothing where a None did).
     target = parts[4]
@@ -577,9 +616,22 @@ def _setitem(self, key, value) -> None:
     _become(self, new)
 
 
-#: References to the array in a plain ``name[key] = value`` statement, counted inside
-#: ``_setitem``: the caller's name and value stack, ``self``, and getrefcount's argument.
-_CALLER_REFS = 4
+def _caller_refs() -> int:
+    """References to the array in a plain ``name[key] = value`` statement, counted at the
+    start of ``_setitem`` (the name, the interpreter's own, ``self``, getrefcount's
+    argument); measured, because the interpreter's share differs between versions."""
+    seen = []
+
+    class Probe:
+        def __setitem__(self, key, value):
+            seen.append(_getrefcount(self))
+
+    probe = Probe()
+    probe[0] = 0
+    return seen[0]
+
+
+_CALLER_REFS = _caller_refs()
 
 
 def _redirect(root: array, target: array, repl: array) -> int:
@@ -788,7 +840,8 @@ def put_along_axis(a, /, indices, values, axis=None, *, stream=None) -> array:
         raise ShapeError(f"[put_along_axis] Indices of shape {idx._shape} must have the "
                          f"dimension of the array of shape {a._shape}.")
     b = mx.broadcast_shapes(idx._shape, v._shape)
-    if len(b) != len(a._shape) or any(d != ax and b[d] not in (1, a._shape[d]) for d in range(len(b))):
+    if len(b) != len(a._shape) or any(
+            d != ax and b[d] not in (1, a._shape[d]) for d in range(len(b))):
         raise ShapeError(f"[put_along_axis] Indices of shape {idx._shape} and values of shape "
                          f"{v._shape} do not fit an array of shape {a._shape} along axis {ax}.")
     return lazy(a._shape, a._dtype, ScatterAxis(to_stream(stream), ax), (a, idx, v))

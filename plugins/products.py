@@ -6,6 +6,13 @@ reshapes and transposes, as in MLX. Matrix products accept only inexact
 dtypes (MLX refuses integer and boolean ``matmul``); ``outer`` and ``kron``
 multiply element-wise and so accept every dtype. Kernels live in
 ``lazyx.backends.cpu.kernels.products``.
+
+Transform rules sit beside each primitive and are written with ``lazyx.core``
+ops, so they compose. The matmul cotangents are summed back over broadcast
+batch dimensions and conjugate the other operand for complex dtypes, as in
+MLX; 1-D operands are handled by the rules themselves (the primitive takes
+them as they are). A vmapped product moves the batch axis to the front and
+stays one batched ``matmul``.
 """
 
 from __future__ import annotations
@@ -86,10 +93,10 @@ def sum_to_shape(x: array, shape: tuple, stream) -> array:
     if sx == shape:
         return x
     lead = len(sx) - len(shape)
-    axes = list(range(lead))
-    axes += [lead + i for i, s in enumerate(shape) if s == 1 and sx[lead + i] != 1]
-    if axes:
-        x = mx.sum(x, axis=axes, keepdims=True, stream=stream)
+    inner = [lead + i for i, s in enumerate(shape) if s == 1 and sx[lead + i] != 1]
+    if not inner:  # only leading dimensions: one reduction, no reshape
+        return mx.sum(x, axis=list(range(lead)), stream=stream)
+    x = mx.sum(x, axis=list(range(lead)) + inner, keepdims=True, stream=stream)
     return _reshape(x, shape, stream)
 
 

@@ -16,6 +16,13 @@ here (keys, ``split``, ``uniform``, ``normal``, ``bernoulli``,
 ``truncated_normal``, ``gumbel``, ``laplace``, ``categorical``,
 ``permutation``); ``randint`` reduces 64 random bits modulo the range, which
 is exact for every integer range.
+
+Transforms: random bits have no gradient (zero cotangents for the keys, zero
+tangents for the bits); the distributions' parameters get their
+reparameterisation gradients through the ordinary ops they enter. ``vmap``
+over keys draws with each key of the batch, exactly as a loop would. The
+matrix square root of ``multivariate_normal`` is differentiable once with
+respect to the covariance.
 """
 
 from __future__ import annotations

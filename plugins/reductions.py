@@ -114,6 +114,14 @@ class _OverAxes(Primitive):
     def output_shapes(self, inputs):
         return [reduced_shape(inputs[0].shape, self.axes, self.keepdims)]
 
+    def vmap(self, inputs, axes):
+        new, out_ax = _batched_axes(self.axes, axes[0], self.keepdims)
+        return [self._apply(inputs[0], new)], [out_ax]
+
+    def _apply(self, x, axes):
+        """The op itself on ``x`` over ``axes`` (the subclass's op function)."""
+        raise NotImplementedError
+
 
 class Reduce(_OverAxes):
     """Reduce one input over ``axes`` with ``op`` (``sum prod max min all any``).
@@ -161,11 +169,8 @@ class Reduce(_OverAxes):
             t = mx.multiply(t, self._extremum_weights(x, out, s), stream=s)
         return [_reduce("sum", t, self.axes, self.keepdims, s)]
 
-    def vmap(self, inputs, axes):
-        x, ax = inputs[0], axes[0]
-        new, out_ax = _batched_axes(self.axes, ax, self.keepdims)
-        return [getattr(mx, self.op)(x, axis=new, keepdims=self.keepdims, stream=self.stream)], \
-            [out_ax]
+    def _apply(self, x, axes):
+        return getattr(mx, self.op)(x, axis=axes, keepdims=self.keepdims, stream=self.stream)
 
     def _extremum_weights(self, x, out, s):
         """1/count where ``x`` equals the extremum of its group (``out``, reduced axes
@@ -236,14 +241,12 @@ class LogSumExp(_OverAxes):
 
     def jvp(self, primals, tangents, argnums):
         x, s = primals[0], self.stream
-        out = mx.logsumexp(x, self.axes, keepdims=self.keepdims, stream=s)
+        out = self._apply(x, self.axes)
         w = mx.multiply(tangents[0], self._softmax(x, out, s), stream=s)
         return [_reduce("sum", w, self.axes, self.keepdims, s)]
 
-    def vmap(self, inputs, axes):
-        new, out_ax = _batched_axes(self.axes, axes[0], self.keepdims)
-        return [mx.logsumexp(inputs[0], new, keepdims=self.keepdims, stream=self.stream)], \
-            [out_ax]
+    def _apply(self, x, axes):
+        return mx.logsumexp(x, axes, keepdims=self.keepdims, stream=self.stream)
 
 
 class Median(_OverAxes):
@@ -281,9 +284,8 @@ class Median(_OverAxes):
         out = mx.multiply(mx.sum(picked, axis=-1, stream=s), w, stream=s)
         return [mx.reshape(out, reduced_shape(x._shape, self.axes, self.keepdims), stream=s)]
 
-    def vmap(self, inputs, axes):
-        new, out_ax = _batched_axes(self.axes, axes[0], self.keepdims)
-        return [mx.median(inputs[0], new, keepdims=self.keepdims, stream=self.stream)], [out_ax]
+    def _apply(self, x, axes):
+        return mx.median(x, axes, keepdims=self.keepdims, stream=self.stream)
 
 
 class Scan(Primitive):
@@ -486,6 +488,7 @@ def _logcumsumexp_vjp(x, out, c, axis, s):
     res = None
     for mask, v in ((mx.greater(c, 0, stream=s), c), (mx.less(c, 0, stream=s),
                                                       mx.negative(c, stream=s))):
+        v = mx.where(mask, v, 1, stream=s)  # no log of <= 0, even where unused
         logs = mx.where(mask, mx.subtract(mx.log(v, stream=s), out, stream=s), ninf, stream=s)
         part = mx.exp(mx.add(x, mx.logcumsumexp(logs, axis=axis, reverse=True, stream=s),
                              stream=s), stream=s)
@@ -498,6 +501,7 @@ def _logcumsumexp_jvp(x, out, t, axis, s):
     res = None
     for mask, v in ((mx.greater(t, 0, stream=s), t), (mx.less(t, 0, stream=s),
                                                       mx.negative(t, stream=s))):
+        v = mx.where(mask, v, 1, stream=s)
         logs = mx.where(mask, mx.add(x, mx.log(v, stream=s), stream=s), ninf, stream=s)
         part = mx.exp(mx.subtract(mx.logcumsumexp(logs, axis=axis, stream=s), out, stream=s),
                       stream=s)

@@ -30,7 +30,6 @@ from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 
 _int = int
-_tuple = tuple
 _index = operator.index
 _py_slice = slice
 
@@ -302,7 +301,8 @@ def _ints(value, op: str, name: str) -> tuple:
         else:
             return value
     if isinstance(value, bool):
-        raise DtypeError(f"[{op}] {name} must be an integer or a sequence of integers, got {value!r}.")
+        raise DtypeError(f"[{op}] {name} must be an integer or a sequence of integers, "
+                         f"got {value!r}.")
     try:
         if isinstance(value, (list, tuple)):
             out = []
@@ -318,12 +318,26 @@ def _ints(value, op: str, name: str) -> tuple:
 
 
 def _axis(axis, ndim: int, op: str, name: str = "axis") -> int:
-    if type(axis) is not _int and not isinstance(axis, bool):
-        try:
-            axis = _index(axis)
-        except TypeError:
-            pass
+    if isinstance(axis, bool):
+        raise AxisError(f"[{op}] {name} must be an integer, got {axis!r}.")
     return normalize_axis(axis, ndim, f"[{op}] {name}")
+
+
+def _fast_axes(axes, ndim: int):
+    """``axes`` (a tuple or list of in-range Python ints) made non-negative, else None
+    (the caller then validates slowly, raising the error that names the problem)."""
+    if type(axes) is not tuple and type(axes) is not list:
+        return None
+    out = []
+    for x in axes:
+        if type(x) is not _int:
+            return None
+        if x < 0:
+            x += ndim
+        if x < 0 or x >= ndim:
+            return None
+        out.append(x)
+    return tuple(out)
 
 
 def _unique_axes(axes, ndim: int, op: str, name: str = "axis") -> tuple:
@@ -434,6 +448,22 @@ def reshape(a, /, shape, *, stream=None) -> array:
         array: The reshaped array (a view of ``a`` when its layout allows).
     """
     a = _operand(a)
+    if type(shape) is tuple:
+        # The common case, a tuple of non-negative ints, checked in one pass.
+        known = 1
+        for d in shape:
+            if type(d) is not _int or d < 0:
+                break
+            known *= d
+        else:
+            src = a._shape
+            if shape != src:
+                size = 1
+                for d in src:
+                    size *= d
+                if known != size:
+                    _infer_shape(src, size, shape, "reshape")  # raises, naming both shapes
+            return lazy(shape, a._dtype, Reshape(to_stream(stream), shape), (a,))
     shape = _ints(shape, "reshape", "shape")
     if shape != a._shape:
         shape = _infer_shape(a._shape, a.size, shape, "reshape")
@@ -489,7 +519,8 @@ def unflatten(a, /, axis: int, shape, *, stream=None) -> array:
     if -1 in shape:
         known = _prod(d for d in shape if d != -1)
         if known == 0 or n % known:
-            raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape {shape}.")
+            raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape "
+                             f"{shape}.")
         shape = tuple(n // known if d == -1 else d for d in shape)
     if any(d < 0 for d in shape) or _prod(shape) != n:
         raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape {shape}.")
@@ -535,6 +566,12 @@ def expand_dims(a, /, axis, *, stream=None) -> array:
         array: The array with the new axes.
     """
     a = _operand(a)
+    if type(axis) is _int:
+        s = a._shape
+        ax = axis + len(s) + 1 if axis < 0 else axis
+        if 0 <= ax <= len(s):
+            return lazy(s[:ax] + (1,) + s[ax:], a._dtype, ExpandDims(to_stream(stream), (ax,)),
+                        (a,))
     axes = _ints(axis, "expand_dims", "axis")
     out_nd = len(a._shape) + len(axes)
     axes = _unique_axes(axes, out_nd, "expand_dims")
@@ -604,19 +641,22 @@ def transpose(a, /, axes=None, *, stream=None) -> array:
         array: The transposed array (a view).
     """
     a = _operand(a)
-    nd = len(a._shape)
+    s = a._shape
+    nd = len(s)
     if axes is None:
         axes = tuple(range(nd - 1, -1, -1))
     else:
-        axes = _ints(axes, "transpose", "axes")
-        if len(axes) != nd:
-            raise AxisError(f"[transpose] Received {len(axes)} axes {axes} for an array of "
-                            f"dimension {nd}.")
-        axes = tuple(_axis(ax, nd, "transpose", "axes") for ax in axes)
-        if len(set(axes)) != nd:
-            raise AxisError(f"[transpose] Repeated axes in {axes}.")
-    s = a._shape
-    return lazy(tuple(s[i] for i in axes), a._dtype, Transpose(to_stream(stream), axes), (a,))
+        given = axes
+        axes = _fast_axes(axes, nd)
+        if axes is None or len(axes) != nd or len(set(axes)) != nd:
+            axes = _ints(given, "transpose", "axes")
+            if len(axes) != nd:
+                raise AxisError(f"[transpose] Received {len(axes)} axes {axes} for an array "
+                                f"of dimension {nd}.")
+            axes = tuple([_axis(ax, nd, "transpose", "axes") for ax in axes])
+            if len(set(axes)) != nd:
+                raise AxisError(f"[transpose] Repeated axes in {axes}.")
+    return lazy(tuple([s[i] for i in axes]), a._dtype, Transpose(to_stream(stream), axes), (a,))
 
 
 def permute_dims(a, /, axes=None, *, stream=None) -> array:
@@ -675,12 +715,20 @@ def broadcast_to(a, /, shape, *, stream=None) -> array:
     """
     a = _operand(a)
     shape = _ints(shape, "broadcast_to", "shape")
-    if any(d < 0 for d in shape):
-        raise ShapeError(f"[broadcast_to] Negative dimensions are not allowed: shape {shape}.")
     s = a._shape
     if s != shape:
+        for d in shape:
+            if d < 0:
+                raise ShapeError(f"[broadcast_to] Negative dimensions are not allowed: "
+                                 f"shape {shape}.")
         off = len(shape) - len(s)
-        if off < 0 or any(d != 1 and d != shape[off + i] for i, d in enumerate(s)):
+        ok = off >= 0
+        if ok:
+            for i, d in enumerate(s):
+                if d != 1 and d != shape[off + i]:
+                    ok = False
+                    break
+        if not ok:
             raise ShapeError(f"[broadcast_to] Cannot broadcast an array of shape {s} into "
                              f"shape {shape}.")
     return lazy(shape, a._dtype, BroadcastTo(to_stream(stream), shape), (a,))
@@ -706,12 +754,14 @@ def _joined(arrays, op: str) -> list:
                          f"{type(arrays).__name__}.")
     if not arrays:
         raise ShapeError(f"[{op}] No arrays provided.")
-    xs = [_operand(x) for x in arrays]
+    xs = [x if type(x) is array else as_array(x) for x in arrays]
     d = xs[0]._dtype
-    for x in xs[1:]:
+    mixed = False
+    for x in xs:
         if x._dtype is not d:
             d = dt.promote_types(d, x._dtype)
-    if any(x._dtype is not d for x in xs):
+            mixed = True
+    if mixed:
         xs = [cast(x, d) for x in xs]
     return xs
 
@@ -734,14 +784,17 @@ def concatenate(arrays, axis=0, *, stream=None) -> array:
         axis = 0
     s0 = xs[0]._shape
     nd = len(s0)
-    ax = _axis(axis, nd, "concatenate")
+    ax = axis + nd if type(axis) is _int and -nd <= axis < 0 else axis
+    if type(ax) is not _int or not 0 <= ax < nd:
+        ax = _axis(axis, nd, "concatenate")
+    head, tail = s0[:ax], s0[ax + 1:]
     total = 0
     for x in xs:
         s = x._shape
         if len(s) != nd:
             raise ShapeError(f"[concatenate] All arrays must have the same number of dimensions; "
                              f"got shapes {', '.join(str(y._shape) for y in xs)}.")
-        if s[:ax] != s0[:ax] or s[ax + 1:] != s0[ax + 1:]:
+        if s[:ax] != head or s[ax + 1:] != tail:
             raise ShapeError(f"[concatenate] Shapes must match except along axis {ax}; got "
                              f"{', '.join(str(y._shape) for y in xs)}.")
         total += s[ax]
@@ -805,8 +858,9 @@ def split(a, /, indices_or_sections, axis: int = 0, *, stream=None) -> list:
     a = _operand(a)
     ax = _axis(axis, len(a._shape), "split")
     n = a._shape[ax]
-    if isinstance(indices_or_sections, (_int, np.integer)) and not isinstance(indices_or_sections, bool):
-        k = _int(indices_or_sections)
+    sections = indices_or_sections
+    if isinstance(sections, (_int, np.integer)) and not isinstance(sections, bool):
+        k = _int(sections)
         if k <= 0:
             raise ArgumentError(f"[split] The number of sections must be positive, got {k}.")
         if n % k:
@@ -913,7 +967,8 @@ def _pad_pairs(pad_width, nd: int) -> list:
             elif len(pairs) != nd:
                 raise bad()
     else:
-        raise DtypeError(f"[pad] pad_width must be an int or a sequence of ints, got {pad_width!r}.")
+        raise DtypeError(f"[pad] pad_width must be an int or a sequence of ints, got "
+                         f"{pad_width!r}.")
     for ax, (lo, hi) in enumerate(pairs):
         if lo < 0 or hi < 0:
             raise ShapeError(f"[pad] Padding sizes must be non-negative, got ({lo}, {hi}) for "
@@ -939,7 +994,8 @@ def pad(a, pad_width, mode: str = "constant", constant_values=0, *, stream=None)
     """
     a = _operand(a)
     if mode not in _PAD_MODES:
-        raise ArgumentError(f"[pad] Invalid padding mode {mode!r}; use one of {', '.join(_PAD_MODES)}.")
+        raise ArgumentError(f"[pad] Invalid padding mode {mode!r}; use one of "
+                            f"{', '.join(_PAD_MODES)}.")
     pairs = _pad_pairs(pad_width, len(a._shape))
     axes = tuple(i for i, (lo, hi) in enumerate(pairs) if lo or hi)
     if not axes:

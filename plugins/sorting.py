@@ -33,6 +33,11 @@ class _AlongAxis(Primitive):
     def output_shapes(self, inputs):
         return [inputs[0].shape]
 
+    # Batching shifts the working axis past the batch axis; ``_forward`` is the op.
+    def vmap(self, inputs, axes):
+        ax = axes[0]
+        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
+
 
 class _Permuting(_AlongAxis):
     """A primitive whose output holds input elements along ``axis``: ``out[j] = x[src[j]]``.
@@ -60,10 +65,6 @@ class _Permuting(_AlongAxis):
         src = self._sources(x, self._forward(x, self.axis, s), s)
         return [mx.take_along_axis(tangents[0], src, axis=self.axis, stream=s)]
 
-    def vmap(self, inputs, axes):
-        ax = axes[0]
-        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
-
 
 def _ranks(a, axis: int, s):
     """The rank of each element of ``a`` along ``axis`` (a stable sort's inverse)."""
@@ -80,10 +81,6 @@ class _IndexOutput(_AlongAxis):
 
     def jvp(self, primals, tangents, argnums):
         return [None]
-
-    def vmap(self, inputs, axes):
-        ax = axes[0]
-        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
 
 
 class Sort(_Permuting):
@@ -137,11 +134,11 @@ class ArgPartition(_IndexOutput):
         return mx.argpartition(x, self.kth, axis=axis, stream=s)
 
 
-class TopK(Primitive):
+class TopK(_Permuting):
     """The ``k`` largest elements along ``axis`` (``0 <= k <= n``), in no particular
     order; the output's ``axis`` has size ``k``. NaNs count as largest."""
 
-    __slots__ = ("k", "axis")
+    __slots__ = ("k",)
 
     def __init__(self, stream, k: int, axis: int):
         self.stream = stream
@@ -161,15 +158,8 @@ class TopK(Primitive):
         largest = mx.argsort(x, axis=axis, stream=s)[head + (slice(n - self.k, n),)]
         return mx.take_along_axis(largest, _ranks(out, axis, s), axis=axis, stream=s)
 
-    vjp = _Permuting.vjp
-    jvp = _Permuting.jvp
-
     def _forward(self, x, axis, s):
         return mx.topk(x, self.k, axis=axis, stream=s)
-
-    def vmap(self, inputs, axes):
-        ax = axes[0]
-        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
 
 
 class SearchSorted(Primitive):

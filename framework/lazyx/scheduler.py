@@ -16,6 +16,8 @@ each node once on the calling thread:
 
 from __future__ import annotations
 
+from weakref import ref as _weakref
+
 import numpy as np
 
 from .array import array
@@ -44,6 +46,10 @@ class _Retain:
 
 
 retain_graph = _Retain()
+
+#: Weak references to the nodes evaluated while the graph was retained; the
+#: outermost transform detaches them when it finishes (lazyx.transforms.autodiff).
+retained: list = []
 
 #: When True (the test suite sets it), every node's ``output_shapes`` is checked
 #: against what its kernel returned, and the classes seen are recorded.
@@ -146,6 +152,8 @@ def eval_arrays(roots) -> None:
                 if not keep:
                     a._prim = None
                     a._inputs = None
+                else:
+                    retained.append(_weakref(a))
             else:
                 if type(out) not in (tuple, list) or len(out) != len(sib):
                     _bad_output(prim, out if type(out) in (tuple, list) else (out,), sib)
@@ -159,6 +167,8 @@ def eval_arrays(roots) -> None:
                         s._prim = None
                         s._inputs = None
                         s._siblings = None
+                if keep:
+                    retained.append(_weakref(a))
     finally:
         exit_eval(token)
 

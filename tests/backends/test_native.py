@@ -6,6 +6,9 @@ kernels, which must fall back to the NumPy kernel for every layout they do not
 cover and still agree with the ``cpu-reference`` backend.
 """
 
+import os
+import threading
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -128,6 +131,40 @@ def test_threads_and_odd_row_counts(threads, num_threads):
     y = x.reshape(-1)
     total = run_native("sum", y, y.size, True)[0]
     np.testing.assert_allclose(total, y.astype(np.float64).sum(), rtol=1e-5, atol=1e-6 * np.abs(y).sum())
+
+
+def test_kernels_called_from_several_threads_at_once(threads):
+    threads(2)
+    x = random_array((64, 9_000), mx.float32, low=-10, high=10)
+    expected = softmax64(x)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(3):
+                assert_matches(run_native("softmax", x, 9_000, False), expected)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threaded_kernels_work_in_a_forked_child(threads):
+    threads(2)
+    x = random_array((64, 9_000), mx.float32)
+    parent = run_native("softmax", x, 9_000, False)  # starts the helper threads
+    pid = os.fork()
+    if pid == 0:  # the child has none of the parent's helpers
+        ok = np.array_equal(run_native("softmax", x, 9_000, False), parent)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 17), (1, 300_001), (5, 70_000), (70_000, 3)])
@@ -268,6 +305,16 @@ def test_sum_kernel(shape, axes, keepdims):
     prim_t = cls(mx.default_stream(mx.cpu), "sum", tuple(range(x.ndim - len(axes), x.ndim)), keepdims)
     np.testing.assert_allclose(kernel(prim_t, [xt]), xt.astype(np.float64).sum(prim_t.axes, keepdims=keepdims),
                                rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    # Which inputs the native sum takes, and which go to the reference.
+    spy = counting(reference)
+    spied = native_kernels._sum_kernel(native.sum_float32, spy)
+    trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
+    for prim_i, x_i, native_path in [(prim, x, trailing), (prim_max, x, False),
+                                     (prim_t, xt, xt.flags.c_contiguous),
+                                     (prim, x.astype(np.float64), False)]:
+        spy.calls = 0
+        spied(prim_i, [x_i])
+        assert spy.calls == (0 if native_path else 1)
 
 
 # -- through the public API, both backends -----------------------------------------

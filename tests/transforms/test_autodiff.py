@@ -256,6 +256,25 @@ def test_nothing_is_kept_alive_after_the_transform():
     assert scheduler.retain_graph.depth == 0
 
 
+def test_values_evaluated_inside_but_unused_are_detached_too():
+    outside = t_sin(x_())  # lazy, captured by the function
+    refs = []
+
+    def f(x):
+        side = t_mul(outside, outside)
+        refs.append(weakref.ref(side))
+        mx.eval(side)  # evaluated while retained, not part of the result
+        kept.append(side)
+        return sin_sum(x)
+    kept = []
+    mx.grad(f)(x_())
+    assert kept[0]._prim is None and outside._prim is None
+    del kept[:]
+    gc.collect()
+    assert refs[0]() is None
+    assert scheduler.retained == []
+
+
 def test_intermediates_are_freed_once_the_gradient_is_evaluated():
     refs = []
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from lazyx.plugins.shapes import Reshape
+from lazyx.plugins.indexing import Gather, GatherAxis, ScatterAxis, Slice
+from lazyx.plugins.shapes import BroadcastTo, Concatenate, ExpandDims, Reshape, Transpose
 from helpers import (assert_close, check_jvp_vjp, check_vjp_fd, check_vmap_loop, has_rules,
                      random_array, rng, to_lazyx)
 
@@ -119,7 +120,8 @@ def test_median_gradient_goes_to_the_middle():
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float32])
 def test_gradient_dtypes_follow_the_input(dtype):
     x = mx.array(random_array((3, 4), dtype, rng(3)), dtype=dtype)
-    for fn in (mx.sum, mx.prod, mx.max, mx.logsumexp, mx.median, mx.cumprod, mx.cummax):
+    for fn in (mx.sum, mx.prod, mx.max, mx.logsumexp, mx.median, mx.cumsum, mx.cumprod,
+               mx.cummax, mx.logcumsumexp):
         g = mx.vjp(lambda a: fn(a, axis=1), [x], [fn(x, axis=1)])[1][0]
         assert g.dtype == dtype and g.shape == x.shape, fn.__name__
 
@@ -164,3 +166,25 @@ def test_grad_of_a_keepdims_reduction_feeds_back():
     g = mx.grad(lambda a: mx.sum(mx.logsumexp(a, axis=1, keepdims=True)))(x)
     e = np.exp(X - X.max(axis=1, keepdims=True))
     assert_close(g, e / e.sum(axis=1, keepdims=True), mx.float64)
+
+
+_SHAPE_AND_INDEX_RULES = has_rules(ExpandDims, BroadcastTo, Transpose, Reshape, Concatenate,
+                                   Slice, Gather, GatherAxis, ScatterAxis)
+SECOND_ORDER = {
+    "sum": lambda a: mx.sum(a * a, axis=1), "prod": lambda a: mx.prod(a, axis=0),
+    "max": lambda a: mx.max(a, axis=1), "logsumexp": lambda a: mx.logsumexp(a, axis=1),
+    "median": lambda a: mx.median(a, axis=1), "cumsum": lambda a: mx.cumsum(a * a, axis=1),
+    "cumprod": lambda a: mx.cumprod(a, axis=1, reverse=True),
+    "cummax": lambda a: mx.cummax(a, axis=1, inclusive=False),
+    "logcumsumexp": lambda a: mx.logcumsumexp(a, axis=1),
+}
+
+
+@pytest.mark.skipif(not _SHAPE_AND_INDEX_RULES,
+                    reason="the shapes and indexing packs have no rules yet")
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_second_order(name):
+    # The rules are graphs of ops with rules: their own vjp is checked the same way.
+    f = SECOND_ORDER[name]
+    w = to_lazyx(random_array(f(to_lazyx(X)).shape, mx.float64, rng(6)))
+    check_vjp_fd(mx.grad(lambda a: mx.sum(f(a) * w)), X, msg=name)

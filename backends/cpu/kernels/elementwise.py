@@ -64,7 +64,7 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    return x.astype(to.np)
+    return x.astype(to.np, copy=False)
 
 
 # -- rounding ----------------------------------------------------------------

@@ -68,12 +68,12 @@ def _scatter_axis(p, ins):
     x, idx, v = ins
     nd = x.ndim
     vs = (1,) * (nd - v.ndim) + v.shape
-    full = list(x.shape)
-    full[p.axis] = max(idx.shape[p.axis], vs[p.axis]) if 0 not in (idx.shape[p.axis], vs[p.axis]) else 0
-    full = tuple(full)
+    ax = p.axis
+    # Indices and values broadcast together along the axis; elsewhere to ``x``'s sizes.
+    full = x.shape[:ax] + np.broadcast_shapes((idx.shape[ax],), (vs[ax],)) + x.shape[ax + 1:]
     out = x.copy()
     try:
-        np.put_along_axis(out, np.broadcast_to(idx, full), np.broadcast_to(v, full), axis=p.axis)
+        np.put_along_axis(out, np.broadcast_to(idx, full), np.broadcast_to(v, full), axis=ax)
     except IndexError as e:
         raise _out_of_range(p, e) from None
     return out

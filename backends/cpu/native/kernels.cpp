@@ -176,6 +176,48 @@ double sum_range(const float* x, size_t n) {
 
 }  // namespace
 
+const char* const kernel_isa[] = {
+#if defined(__SSE4_2__)
+    "sse4.2",
+#endif
+#if defined(__AVX__)
+    "avx",
+#endif
+#if defined(__AVX2__)
+    "avx2",
+#endif
+#if defined(__FMA__)
+    "fma",
+#endif
+#if defined(__BMI2__)
+    "bmi2",
+#endif
+#if defined(__AVX512F__)
+    "avx512f",
+#endif
+#if defined(__AVX512BW__)
+    "avx512bw",
+#endif
+#if defined(__AVX512DQ__)
+    "avx512dq",
+#endif
+#if defined(__AVX512VL__)
+    "avx512vl",
+#endif
+#if defined(__AVX512CD__)
+    "avx512cd",
+#endif
+#if defined(__AVX512VNNI__)
+    "avx512vnni",
+#endif
+#if defined(__AVX512VBMI__)
+    "avx512vbmi",
+#endif
+#if defined(__AVX512BF16__)
+    "avx512bf16",
+#endif
+    nullptr};
+
 void softmax_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n) {
   switch (dt) {
     case Dtype::float32: return softmax_impl<F32>(x, out, rows, n);

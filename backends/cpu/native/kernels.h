@@ -19,4 +19,9 @@ void logsumexp_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n);
 // whose totals are added in double.
 void sum_rows_f32(const float* x, float* out, size_t rows, size_t n);
 
+// The instruction-set extensions kernels.cpp was compiled with (it alone gets
+// -march=native), as names __builtin_cpu_supports knows; NULL-terminated.
+// Plain data, so reading it runs none of that code.
+extern const char* const kernel_isa[];
+
 }  // namespace lazyx

@@ -28,6 +28,25 @@ using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
 
 PyObject* g_handler = nullptr;  // lazyx's "mem_handler" capsule, alive for the process
 
+// The first extension the kernels were compiled for that this CPU lacks, or
+// nullptr. A module built on another machine must not run them (SIGILL).
+const char* missing_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  for (const char* const* f = lazyx::kernel_isa; *f != nullptr; ++f) {
+    const std::string name = *f;
+#define LAZYX_CHECK(feature) \
+  if (name == feature && !__builtin_cpu_supports(feature)) return *f;
+    LAZYX_CHECK("sse4.2") LAZYX_CHECK("avx") LAZYX_CHECK("avx2") LAZYX_CHECK("fma")
+    LAZYX_CHECK("bmi2") LAZYX_CHECK("avx512f") LAZYX_CHECK("avx512bw") LAZYX_CHECK("avx512dq")
+    LAZYX_CHECK("avx512vl") LAZYX_CHECK("avx512cd") LAZYX_CHECK("avx512vnni")
+    LAZYX_CHECK("avx512vbmi") LAZYX_CHECK("avx512bf16")
+#undef LAZYX_CHECK
+  }
+#endif
+  return nullptr;
+}
+
 size_t checked_limit(int64_t limit, const char* what) {
   if (limit < 0) throw nb::value_error((std::string("[") + what + "] The limit must be >= 0, got " +
                                         std::to_string(limit) + ".").c_str());
@@ -74,6 +93,9 @@ void bind_row_kernels(nb::module_& m, const char* suffix, lazyx::Dtype dt) {
 
 NB_MODULE(_native, m) {
   m.doc() = "Native CPU kernels and the memory-accounting allocator of lazyx's cpu backend.";
+  if (const char* isa = missing_isa())
+    throw nb::import_error((std::string("lazyx's native kernels were compiled for ") + isa +
+                            ", which this CPU lacks; reinstall lazyx on this machine to rebuild them.").c_str());
   if (_import_array() < 0) throw nb::python_error();
   g_handler = lazyx::memory::new_handler_capsule();
   if (g_handler == nullptr) throw nb::python_error();
@@ -141,15 +163,15 @@ NB_MODULE(_native, m) {
 #else
     d["march_native"] = false;
 #endif
-#if defined(__AVX512F__)
-    d["simd"] = "avx512";
-#elif defined(__AVX2__)
-    d["simd"] = "avx2";
-#elif defined(__SSE2__)
-    d["simd"] = "sse2";
-#else
-    d["simd"] = "generic";
-#endif
+    nb::list isa;
+    for (const char* const* f = lazyx::kernel_isa; *f != nullptr; ++f) isa.append(*f);
+    d["isa"] = isa;
+    std::string simd = "sse2";
+    for (const char* const* f = lazyx::kernel_isa; *f != nullptr; ++f) {
+      if (std::string(*f) == "avx2") simd = "avx2";
+      if (std::string(*f) == "avx512f") { simd = "avx512"; break; }
+    }
+    d["simd"] = simd;
     return d;
   });
 

@@ -35,6 +35,7 @@ The rule contract (also in :mod:`lazyx.primitive`):
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import lazyx.core as mx
@@ -43,9 +44,9 @@ from .. import scheduler as _scheduler
 from ..arguments import constant
 from ..array import array, lazy
 from ..device import to_stream
-from ..errors import ArgumentError, DtypeError, ShapeError, TransformError
+from ..errors import ArgumentError, ShapeError, TransformError
 from ..primitive import Primitive
-from .trees import describe, flatten, leaf_paths, unflatten
+from .trees import count_leaves, describe, flatten, leaf_paths, unflatten
 
 __all__ = ["vjp", "jvp", "grad", "value_and_grad", "TraceInput"]
 
@@ -63,11 +64,11 @@ class TraceInput(Primitive):
     (those of transforms nested inside the function).
     """
 
-    __slots__ = ("_seq",)
+    __slots__ = ("seq",)
 
     def __init__(self, stream, seq: int):
         self.stream = stream
-        self._seq = seq
+        self.seq = seq
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
@@ -115,7 +116,7 @@ def graph_order(outputs, stop: int) -> list:
     add = seen.add
     for r in outputs:
         p = r._prim
-        if p is None or id(r) in seen or (type(p) is TraceInput and p._seq <= stop):
+        if p is None or id(r) in seen or (type(p) is TraceInput and p.seq <= stop):
             continue
         stack = [(r, 0)]
         while stack:
@@ -126,7 +127,7 @@ def graph_order(outputs, stop: int) -> list:
                 x = ins[i]
                 i += 1
                 xp = x._prim
-                if xp is None or id(x) in seen or (type(xp) is TraceInput and xp._seq <= stop):
+                if xp is None or id(x) in seen or (type(xp) is TraceInput and xp.seq <= stop):
                     continue
                 stack.append((a, i))
                 stack.append((x, 0))
@@ -153,27 +154,21 @@ def _no_gradient(outs, ins, argnums) -> bool:
     return False
 
 
-def _checked(prim, rule: str, g, like: array, what: str) -> array:
+def _checked(prim, rule: str, g, like: array, what: str, i: int) -> array:
     """``g`` as a cotangent/tangent for ``like``: a shape check and a cast to its dtype."""
     if type(g) is not _array and not isinstance(g, _array):
-        raise TransformError(f"[{prim.name}.{rule}] returned {describe(g)} for {what}; "
+        raise TransformError(f"[{prim.name}.{rule}] returned {describe(g)} for {what} {i}; "
                              f"expected an array or None.")
     if g._shape != like._shape:
-        raise TransformError(f"[{prim.name}.{rule}] returned shape {g._shape} for {what}, "
+        raise TransformError(f"[{prim.name}.{rule}] returned shape {g._shape} for {what} {i}, "
                              f"which has shape {like._shape}.")
     if g._dtype is not like._dtype:
         g = mx.astype(g, like._dtype)
     return g
 
 
-def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
-    """Reverse mode over the recorded graph.
-
-    Returns the cotangent of each wrapper (None where nothing flowed) and the
-    node order (for :func:`release`).
-    """
-    order = graph_order(outputs, stop)
-    active = {id(w) for w in wrappers}
+def _mark_active(order: list, active: set) -> list:
+    """Which nodes of ``order`` depend on the arrays in ``active`` (which grows)."""
     flags = []
     for a in order:
         on = False
@@ -189,32 +184,50 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             else:
                 for s in sib:
                     active.add(id(s))
+    return flags
+
+
+def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
+    """Reverse mode over the recorded graph.
+
+    Returns the cotangent of each wrapper (None where nothing flowed) and the
+    node order (for :func:`release`).
+    """
+    order = graph_order(outputs, stop)
+    active = {id(w) for w in wrappers}
+    flags = _mark_active(order, active)
     cot: dict = {}
     for o, c in zip(outputs, cotangents):
-        if id(o) in active:
-            k = id(o)
+        k = id(o)
+        if k in active:
             prev = cot.get(k)
             cot[k] = c if prev is None else mx.add(prev, c)
+    pop = cot.pop
     for k in range(len(order) - 1, -1, -1):
         if not flags[k]:
             continue
         a = order[k]
         sib = a._siblings
         if sib is None:
-            c = cot.pop(id(a), None)
+            c = pop(id(a), None)
             if c is None:
                 continue
             outs = [a]
             cots = [c]
+            skip = a._dtype.kind in _NO_GRAD_KINDS
         else:
-            cots = [cot.pop(id(s), None) for s in sib]
+            cots = [pop(id(s), None) for s in sib]
             if all(c is None for c in cots):
                 continue
             outs = list(sib)
             cots = [mx.zeros_like(s) if c is None else c for s, c in zip(sib, cots)]
+            skip = True
         ins = a._inputs
-        argnums = [i for i, x in enumerate(ins) if id(x) in active]
-        if _no_gradient(outs, ins, argnums):
+        if len(ins) == 1:
+            argnums = [0]
+        else:
+            argnums = [i for i, x in enumerate(ins) if id(x) in active]
+        if skip and _no_gradient(outs, ins, argnums):
             continue
         prim = a._prim
         res = prim.vjp(list(ins), cots, argnums, outs)
@@ -225,7 +238,8 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             if g is None:
                 continue
             x = ins[i]
-            g = _checked(prim, "vjp", g, x, f"input {i}")
+            if type(g) is not _array or g._dtype is not x._dtype or g._shape != x._shape:
+                g = _checked(prim, "vjp", g, x, "input", i)
             kx = id(x)
             prev = cot.get(kx)
             cot[kx] = g if prev is None else mx.add(prev, g)
@@ -252,12 +266,21 @@ def forward(outputs: list, wrappers: list, tangents: list, stop: int):
                                  f"with {len(outs)} outputs; expected one per output.")
         for j, (o, t) in enumerate(zip(outs, res)):
             if t is not None:
-                tan[id(o)] = _checked(prim, "jvp", t, o, f"output {j}")
+                if type(t) is not _array or t._dtype is not o._dtype or t._shape != o._shape:
+                    t = _checked(prim, "jvp", t, o, "output", j)
+                tan[id(o)] = t
     return [tan.get(id(o)) for o in outputs], order
 
 
 def release(order: list, wrappers: list) -> None:
     """Detach the nodes evaluated while the graph was retained (no transform is tracing)."""
+    kept = _scheduler.retained
+    if kept:
+        for r in kept:
+            a = r()
+            if a is not None and a._prim is not None and a._data is not None:
+                _detach(a)
+        kept.clear()
     for a in order:
         if a._data is not None and a._prim is not None:
             _detach(a)
@@ -299,12 +322,6 @@ def _outputs(out, op: str) -> list:
         return list(out)
     raise ArgumentError(f"[{op}] The function must return an array or a list of arrays; "
                         f"it returned {describe(out)}.")
-
-
-def _call(fun, args, kwargs=None):
-    """``fun(*args, **kwargs)`` with the graph retained."""
-    with _retain:
-        return fun(*args, **kwargs) if kwargs else fun(*args)
 
 
 # -- vjp / jvp -----------------------------------------------------------------------
@@ -487,13 +504,13 @@ def _make_grad(fun, argnums, argnames, op: str, with_value: bool):
                 k += 1
             else:
                 n0 = k
-                k += _count(d)
+                k += count_leaves(d)
                 args[i] = unflatten(d, wrappers[n0:k])
         if argnames:
             kwargs = dict(kwargs)
             for n, d in zip(argnames, defs[len(argnums):]):
                 n0 = k
-                k += _count(d)
+                k += count_leaves(d)
                 kwargs[n] = unflatten(d, wrappers[n0:k])
         with _retain:
             out = fun(*args, **kwargs)
@@ -511,24 +528,14 @@ def _make_grad(fun, argnums, argnames, op: str, with_value: bool):
                 k += 1
             else:
                 n0 = k
-                k += _count(d)
+                k += count_leaves(d)
                 trees.append(unflatten(d, grads[n0:k]))
         npos = len(argnums)
         pos = None if not npos else (trees[0] if single else tuple(trees[:npos]))
         result = pos if not argnames else (pos, dict(zip(argnames, trees[npos:])))
         return (out, result) if with_value else result
 
-    transformed.__name__ = getattr(fun, "__name__", "function")
-    transformed.__qualname__ = getattr(fun, "__qualname__", transformed.__name__)
-    transformed.__doc__ = getattr(fun, "__doc__", None)
-    transformed.__wrapped__ = fun
-    return transformed
-
-
-def _count(d) -> int:
-    if d is None:
-        return 1
-    return sum(_count(c) for c in d[-1])
+    return functools.update_wrapper(transformed, fun)
 
 
 def _loss(out, op: str, with_value: bool) -> array:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 
+import lazyx.core as mx
+
 from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, TransformError
@@ -45,9 +47,10 @@ class _Call:
         self.kwargs = kwargs
         self.out_def = out_def
 
-    def args(self, values, fill=None) -> tuple:
-        """The positional arguments with ``values`` at the array positions."""
-        leaves = list(self.template) if fill is None else [fill] * len(self.template)
+    def args(self, values, constants: bool = True) -> tuple:
+        """The positional arguments with ``values`` at the array positions (and None
+        at the others unless ``constants``)."""
+        leaves = list(self.template) if constants else [None] * len(self.template)
         for k, v in zip(self.slots, values):
             leaves[k] = v
         return unflatten(self.treedef, leaves)
@@ -114,12 +117,13 @@ def _unwrap(args: tuple):
 class CustomTransforms(Primitive):
     """One call of a :class:`custom_function`: its outputs, with the function's rules."""
 
-    __slots__ = ("_fn", "_call", "_pending", "_shapes")
+    # ``fn`` and ``call`` are parameters so that no two calls count as equivalent.
+    __slots__ = ("fn", "call", "_pending", "_shapes")
 
     def __init__(self, stream, fn: "custom_function", call: _Call, pending: list):
         self.stream = stream
-        self._fn = fn
-        self._call = call
+        self.fn = fn
+        self.call = call
         self._pending = pending  # the outputs the function built, until evaluated
         self._shapes = [o._shape for o in pending]
 
@@ -139,8 +143,8 @@ class CustomTransforms(Primitive):
     eval_gpu = eval_cpu
 
     def vjp(self, primals, cotangents, argnums, outputs):
-        fn = self._fn
-        call = self._call
+        fn = self.fn
+        call = self.call
         if fn._flat_vjp is not None:
             return fn._flat_vjp(call, primals, cotangents, argnums)
         if fn._vjp is None:
@@ -152,33 +156,32 @@ class CustomTransforms(Primitive):
         return [grads[i] for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
-        fn = self._fn
-        call = self._call
+        fn = self.fn
+        call = self.call
         if fn._jvp is None:
             return autodiff.jvp(call.partial(primals, argnums), [primals[i] for i in argnums],
                                 tangents)[1]
         full = [None] * len(primals)
         for i, t in zip(argnums, tangents):
             full[i] = t
-        import lazyx.core as mx
         full = [mx.zeros_like(p) if t is None else t for p, t in zip(primals, full)]
-        res = fn._jvp(_unwrap(call.args(primals)), _unwrap(call.args(full, None)),
+        res = fn._jvp(_unwrap(call.args(primals)), _unwrap(call.args(full, False)),
                       **call.kwargs)
         return call.per_output(res, "the jvp's result")
 
     def vmap(self, inputs, axes):
-        fn = self._fn
-        call = self._call
+        fn = self.fn
+        call = self.call
         if fn._vmap is None:
             outs = _vmap(call.flat, in_axes=tuple(axes))(*inputs)
             return outs, [0] * len(outs)
-        res = fn._vmap(_unwrap(call.args(inputs)), _unwrap(call.args(axes, None)),
+        res = fn._vmap(_unwrap(call.args(inputs)), _unwrap(call.args(axes, False)),
                        **call.kwargs)
         if type(res) not in (tuple, list) or len(res) != 2:
             raise ArgumentError(f"[custom_function] The vmap function must return "
                                 f"(outputs, out_axes), got {describe(res)}.")
         outs = call.per_output(res[0], "the vmap's outputs")
-        oaxes = broadcast_prefix(res[1], call.out_def, len(outs), "the vmap's out_axes",
+        oaxes = broadcast_prefix(res[1], call.out_def, "the vmap's out_axes",
                                  "[custom_function] out_axes",
                                  lambda x: x is None or not isinstance(x, (list, tuple, dict)))
         return outs, oaxes

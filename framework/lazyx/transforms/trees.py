@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..array import array
 from ..errors import ArgumentError
 
-__all__ = ["flatten", "unflatten", "leaf_paths", "broadcast_prefix", "describe"]
+__all__ = ["flatten", "unflatten", "count_leaves", "leaf_paths", "broadcast_prefix", "describe"]
 
 _array = array
 
@@ -90,8 +90,7 @@ def describe(x) -> str:
     return f"a value of type {type(x).__name__}"
 
 
-def broadcast_prefix(prefix, treedef, n_leaves: int, path: str, what: str,
-                     is_spec=None) -> list:
+def broadcast_prefix(prefix, treedef, path: str, what: str, is_spec=None) -> list:
     """Expand ``prefix`` (a tree whose leaves apply to whole subtrees, e.g. ``in_axes``)
     to one value per leaf of ``treedef``.
 
@@ -103,16 +102,17 @@ def broadcast_prefix(prefix, treedef, n_leaves: int, path: str, what: str,
     return out
 
 
-def _count(d) -> int:
+def count_leaves(d) -> int:
+    """How many leaves treedef ``d`` has."""
     if d is None:
         return 1
-    return sum(_count(c) for c in d[-1])
+    return sum(count_leaves(c) for c in d[-1])
 
 
 def _expand(p, d, path, what, out, is_spec):
     spec = is_spec(p) if is_spec is not None else not isinstance(p, (list, tuple, dict))
     if spec:
-        out.extend([p] * _count(d))
+        out.extend([p] * count_leaves(d))
         return
     if d is None:
         raise ArgumentError(f"{what} at {path or 'the top level'} is a {type(p).__name__} "

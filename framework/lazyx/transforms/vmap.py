@@ -18,6 +18,7 @@ batch; the walker then broadcasts it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import lazyx.core as mx
@@ -71,7 +72,7 @@ def _axis_value(ax, where: str, what: str):
     return ax
 
 
-def _arg_paths(treedef, n_args: int) -> list:
+def _arg_paths(treedef) -> list:
     """Leaf paths of the argument tuple written as ``argument 1['w']``."""
     out = []
     for p in leaf_paths(treedef):
@@ -137,6 +138,8 @@ def _replay(outputs, mapped: dict, size: int) -> None:
         for j, (o, b, ax) in enumerate(zip(outs, res, res_axes)):
             if ax is None:
                 b, ax = _broadcast(b, 0, size), 0
+            elif ax < 0:
+                ax += len(b._shape)
             s = o._shape
             want = s[:ax] + (size,) + s[ax:]
             if b._shape != want or b._dtype is not o._dtype:
@@ -188,7 +191,7 @@ def vmap(fun, in_axes=0, out_axes=0):
                                     f"function was called with {len(args)} argument(s).")
             axes = []
             for i, (spec, d) in enumerate(zip(in_axes, treedef[1])):
-                axes.extend(broadcast_prefix(spec, d, 0, f"argument {i}", "[vmap] in_axes",
+                axes.extend(broadcast_prefix(spec, d, f"argument {i}", "[vmap] in_axes",
                                              _is_axis_spec))
         elif isinstance(in_axes, dict):
             raise ArgumentError("[vmap] in_axes must be an int, None, or a tuple with one "
@@ -204,7 +207,7 @@ def vmap(fun, in_axes=0, out_axes=0):
             if ax is None:
                 continue
             if paths is None:
-                paths = _arg_paths(treedef, len(args))
+                paths = _arg_paths(treedef)
             ax = _axis_value(ax, paths[k], "in_axes")
             if not isinstance(x, _array):
                 raise ArgumentError(f"[vmap] {paths[k]} is {describe(x)}: only arrays can be "
@@ -237,7 +240,7 @@ def vmap(fun, in_axes=0, out_axes=0):
             if not isinstance(x, _array):
                 raise ArgumentError(f"[vmap] The function must return arrays or trees of "
                                     f"arrays; output{p} is {describe(x)}.")
-        oaxes = broadcast_prefix(out_axes, out_def, len(out_leaves), "output",
+        oaxes = broadcast_prefix(out_axes, out_def, "output",
                                  "[vmap] out_axes", _is_axis_spec)
         _replay(out_leaves, mapped, size)
         results = []
@@ -263,8 +266,4 @@ def vmap(fun, in_axes=0, out_axes=0):
                 results.append(b if ax == oa else mx.moveaxis(b, ax, oa))
         return unflatten(out_def, results)
 
-    vectorized.__name__ = getattr(fun, "__name__", "function")
-    vectorized.__qualname__ = getattr(fun, "__qualname__", vectorized.__name__)
-    vectorized.__doc__ = getattr(fun, "__doc__", None)
-    vectorized.__wrapped__ = fun
-    return vectorized
+    return functools.update_wrapper(vectorized, fun)
