@@ -557,7 +557,10 @@ def test_astype_to_every_dtype(src):
 
 def test_astype_forms():
     a = to_lazyx(np.array([1.7, -2.7], np.float32))
-    assert mx.astype(a, mx.float32) is a
+    same = mx.astype(a, mx.float32)
+    assert same is not a and same.tolist() == a.tolist()
+    same[0] = 9.0  # a new object: assigning into it leaves a alone
+    assert a.tolist()[0] == np.float32(1.7)
     assert mx.astype(a, mx.int32).tolist() == [1, -2]
     assert a.astype(dtype=mx.int8).tolist() == [1, -2]
     assert a.astype("float16").dtype is mx.float16
