@@ -1,6 +1,6 @@
 """Run every benchmark, print the tables and write benchmarks/RESULTS.md.
 
-    python benchmarks/run.py [--quick]
+    python benchmarks/run.py [--quick] [--wait-quiet SECONDS]
 
 lazyx is measured side by side with NumPy, MLX (CPU build), PyTorch and JAX
 in one process, so all see the same machine at the same time. Times are
@@ -124,7 +124,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="less time per figure (noisier)")
     ap.add_argument("--no-write", action="store_true", help="do not write RESULTS.md")
+    ap.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                    help="first wait up to S seconds for the machine to be idle (other load < 10%%)")
     args = ap.parse_args(argv)
+    deadline = time.perf_counter() + args.wait_quiet
+    while time.perf_counter() < deadline and not machine_load(1.0) < 0.1:
+        pass
     budget = 0.15 if args.quick else 0.4
     started = time.perf_counter()
     load_before = machine_load()

@@ -47,8 +47,13 @@ class Primitive:
                     names.append(s)
         cls._param_names = tuple(names)
 
-    def __init__(self, stream):
+    def __init__(self, stream, *params):
         self.stream = stream
+        # Parameters may be given positionally, in slot order, so most subclasses
+        # need no __init__ of their own.
+        if params:
+            for n, v in zip(self._param_names, params):
+                setattr(self, n, v)
 
     # -- identity -------------------------------------------------------
     def params(self) -> tuple:
