@@ -100,7 +100,7 @@ class Backend:
 _backends: dict[str, Backend] = {}
 _backend_plugins: dict[str, object] = {}
 _active: dict[DeviceType, Backend] = {}
-_tables: list | None = None
+_tables: tuple | None = None
 
 
 class _KernelTable(dict):
@@ -222,13 +222,14 @@ def backend_for(dt: DeviceType) -> Backend:
 active_backend = backend_for
 
 
-def dispatch_tables() -> list:
-    """Kernel tables of the active backends, indexed by ``DeviceType.value``
-    (``Stream.kind``); used by the scheduler."""
+def dispatch_tables() -> tuple[list, Backend]:
+    """What the scheduler needs, cached until a backend or kernel changes: the kernel
+    tables of the active backends indexed by ``DeviceType.value`` (``Stream.kind``),
+    and the active CPU backend (whose ``enter_eval``/``exit_eval`` wrap evaluations)."""
     global _tables
     t = _tables
     if t is None:
-        t = [None] * len(DeviceType)
+        tables = [None] * len(DeviceType)
         for dt in DeviceType:
             try:
                 b = backend_for(dt)
@@ -237,17 +238,9 @@ def dispatch_tables() -> list:
             table = b.__dict__.get("_table")
             if table is None:
                 table = b.__dict__["_table"] = _KernelTable(b)
-            t[dt.value] = table
-        _tables = t
+            tables[dt.value] = table
+        t = _tables = (tables, backend_for(DeviceType.cpu))
     return t
-
-
-def enter_eval():
-    return backend_for(DeviceType.cpu).enter_eval()
-
-
-def exit_eval(token) -> None:
-    backend_for(DeviceType.cpu).exit_eval(token)
 
 
 def is_device_buffer(obj) -> bool:
