@@ -20,6 +20,7 @@ from weakref import ref as _weakref
 
 import numpy as np
 
+from . import backend as _backend
 from .array import array
 from .errors import KernelOutputError
 
@@ -127,9 +128,8 @@ def eval_arrays(roots) -> None:
     order = _toposort(roots)
     if not order:
         return
-    from .backend import dispatch_tables, enter_eval, exit_eval
-    tables = dispatch_tables()
-    token = enter_eval()
+    tables, cpu = _backend._tables or _backend.dispatch_tables()
+    token = cpu.enter_eval()
     keep = retain_graph.depth > 0
     try:
         for k in range(len(order)):
@@ -170,7 +170,7 @@ def eval_arrays(roots) -> None:
                 if keep:
                     retained.append(_weakref(a))
     finally:
-        exit_eval(token)
+        cpu.exit_eval(token)
 
 
 def _check_shape_rule(prim, a) -> None:
