@@ -49,7 +49,7 @@ class array:
                 import lazyx.core as _core
                 _become(self, _core.astype(val, dtype))
             return
-        data = _to_numpy(val, dtype)
+        data = _host_copy(val, dtype)
         self._shape = data.shape
         self._dtype = _dt.from_numpy(data.dtype)
         self._data = data
@@ -235,6 +235,23 @@ def _become(dst: array, src: array) -> None:
         for s in dst._siblings:
             if s is not dst:
                 s._siblings = dst._siblings
+
+
+def _host_copy(val, dtype) -> np.ndarray:
+    """``_to_numpy`` inside the CPU backend's evaluation scope, so the copy is
+    counted by its memory figures like any kernel output (as MLX counts it)."""
+    from . import backend as _backend
+    state = _backend._tables
+    if state is None:
+        if not _backend._backends:  # plugins still loading: nothing to account with
+            return _to_numpy(val, dtype)
+        state = _backend.dispatch_tables()
+    cpu = state[1]
+    token = cpu.enter_eval()
+    try:
+        return _to_numpy(val, dtype)
+    finally:
+        cpu.exit_eval(token)
 
 
 def _to_numpy(val, dtype) -> np.ndarray:

@@ -116,6 +116,15 @@ def test_cache_limit_bounds_the_cache():
     assert mx.get_cache_memory() <= NBYTES // 2
 
 
+def test_array_construction_is_counted():
+    before = mx.get_active_memory()
+    x = mx.array(np.ones(N, np.float32))
+    assert mx.get_active_memory() - before >= NBYTES
+    del x
+    gc.collect()
+    assert mx.get_active_memory() - before < NBYTES
+
+
 def test_memory_limit_releases_the_cache():
     previous = mx.set_memory_limit(1 << 40)
     assert mx.set_memory_limit(previous) == 1 << 40
@@ -127,9 +136,10 @@ def test_memory_limit_releases_the_cache():
     assert mx.get_cache_memory() >= NBYTES
     # Room for the cache, not for the cache and a new buffer of another size:
     # the allocation releases the cache instead of growing past the limit.
+    z = mx.array(np.ones(2 * N, np.float32))  # counted too, as in MLX
     mx.set_memory_limit(mx.get_active_memory() + NBYTES + NBYTES // 2)
     assert mx.get_cache_memory() >= NBYTES
-    y = mx.exp(mx.array(np.ones(2 * N, np.float32)))
+    y = mx.exp(z)
     mx.eval(y)
     assert mx.get_cache_memory() == 0
     np.testing.assert_allclose(np.array(y)[-3:], np.e, rtol=1e-6)
