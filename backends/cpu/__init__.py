@@ -86,10 +86,27 @@ class CpuBackend(CpuReferenceBackend):
             self.native.clear_cache()
 
     def set_memory_limit(self, limit):
-        return self.native.set_memory_limit(limit)
+        return self._require_native().set_memory_limit(limit)
 
     def set_cache_limit(self, limit):
-        return self.native.set_cache_limit(limit)
+        return self._require_native().set_cache_limit(limit)
+
+    def _require_native(self):
+        if self.native is None:
+            from lazyx.errors import BackendError
+            from . import native_kernels
+            raise BackendError(f"The cpu backend's native module did not load "
+                               f"({native_kernels.load_error}); memory limits need it. "
+                               f"Reinstall lazyx to rebuild it.")
+        return self.native
+
+    def describe(self) -> str:
+        from . import native_kernels
+        if self.native is None:
+            return f"native module not loaded ({native_kernels.load_error}): NumPy kernels only"
+        info = self.native.build_info()
+        return (f"native kernels loaded: {info.get('simd', 'scalar')} code, "
+                f"{self.native.get_num_threads()} threads")
 
 
 @hookimpl

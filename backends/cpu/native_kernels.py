@@ -17,13 +17,20 @@ _u16 = np.dtype(np.uint16)
 _empty = np.empty
 
 
+#: Why the native module did not load (shown by ``lazyx info``), or None.
+load_error: str | None = None
+
+
 def load():
-    """The native module, or None when it was not built (the NumPy kernels then serve)."""
+    """The native module, or None when it cannot load (the NumPy kernels then serve,
+    and ``load_error`` says why; ``lazyx info`` shows it)."""
+    global load_error
     try:
         from . import _native
-    except ImportError:
+    except ImportError as exc:
+        load_error = f"{type(exc).__name__}: {exc}"
         return None
-    return _native if hasattr(_native, "enter_eval") else None
+    return _native
 
 
 _row_lengths: dict = {}

@@ -55,6 +55,10 @@ class Backend:
         """Why :meth:`is_available` is False, in words."""
         return ""
 
+    def describe(self) -> str:
+        """A line about this backend's build for ``lazyx info`` (empty: nothing to add)."""
+        return ""
+
     def enter_eval(self):
         """Called before an evaluation runs kernels; the result goes to exit_eval."""
         return None

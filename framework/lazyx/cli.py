@@ -38,6 +38,9 @@ def info(out=None) -> None:
         provider = registry.plugins.get(_plugin_of_backend(name))
         who = f" from {provider.distribution} {provider.version}" if provider else ""
         w(f"  {name} ({b.device_type.name}){active}{who}: {state}\n")
+        extra = b.describe()
+        if extra:
+            w(f"    {extra}\n")
     w("\nPlugins:\n")
     for name, p in sorted(registry.plugins.items()):
         if p.error is not None:
