@@ -19,6 +19,8 @@ from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.examples import example, uniform
+from lazyx.transforms.rules import batch_first, sum_to_shape
 
 import lazyx.core as mx
 
@@ -78,25 +80,14 @@ class Full(Primitive):
         return [self.shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
-        g, shape = cotangents[0], primals[0]._shape
-        lead = len(g._shape) - len(shape)
-        axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
-                                    if n == 1 and self.shape[lead + i] != 1]
-        if axes:
-            g = mx.reshape(mx.sum(g, axis=axes, keepdims=True), shape)
-        return [g]
+        return [sum_to_shape(cotangents[0], primals[0]._shape, self.stream)]
 
     def jvp(self, primals, tangents, argnums):
         return [mx.full(self.shape, tangents[0], stream=self.stream)]
 
     def vmap(self, inputs, axes):
-        v, k = inputs[0], axes[0]
-        if k:
-            v = mx.moveaxis(v, k, 0)
-        pad = len(self.shape) + 1 - v.ndim
-        if pad > 0:
-            v = mx.reshape(v, v.shape[:1] + (1,) * pad + v.shape[1:])
-        return [mx.full(v.shape[:1] + self.shape, v, stream=self.stream)], [0]
+        v = batch_first(inputs[0], axes[0], len(self.shape), self.stream)
+        return [mx.full(v._shape[:1] + self.shape, v, stream=self.stream)], [0]
 
 
 class Arange(Creation):
@@ -545,3 +536,24 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+# -- examples for the registry-wide transform test -------------------------------
+# A made array has no inputs: the examples use one with a differentiable array.
+def _times(make):
+    return lambda x: mx.multiply(x, make())
+
+
+@hookimpl
+def lazyx_examples():
+    f64 = dt.float64
+    return [
+        (Fill, example(_times(lambda: ones((2, 3), f64)), uniform((2, 3)))),
+        (Full, example(lambda x: full((2, 3), x), uniform((3,)))),
+        (Full, example(lambda x: full((2, 3), x), uniform((2, 1)))),
+        (Arange, example(_times(lambda: arange(3, dtype=f64)), uniform((2, 3)))),
+        (Linspace, example(_times(lambda: linspace(-1, 1, 3, dtype=f64)), uniform((2, 3)))),
+        (Eye, example(_times(lambda: eye(3, dtype=f64)), uniform((3, 3)))),
+        (Tri, example(_times(lambda: tri(3, dtype=f64)), uniform((3, 3)))),
+        (Window, example(_times(lambda: hanning(4)), uniform((2, 4)))),
+    ]

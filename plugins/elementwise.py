@@ -16,7 +16,8 @@ derivative, a binary one its partial derivatives, and the bases make ``vjp``
 (conjugated for complex inputs and summed back over broadcast dimensions, as
 MLX does), ``jvp`` and ``vmap`` (batch axes aligned across operands) from them.
 Piecewise-constant and integer- or bool-valued primitives take the
-:class:`NoGradient` mixin.
+:class:`~lazyx.transforms.rules.NoGradient` mixin. The shared moves
+(``sum_to_shape``, ``align_batched`` ...) come from :mod:`lazyx.transforms.rules`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, DtypeError, TransformError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.examples import booleans, example, integers, uniform
+from lazyx.transforms.rules import (NoGradient, add_tangents, align_batched,
+                                   broadcast_to_shape, sum_to_shape)
 
 import lazyx.core as mx
 
@@ -41,27 +45,6 @@ _PY_SCALARS = (bool, int, float, complex)
 # -- transform helpers --------------------------------------------------------
 # Rules are written with ``lazyx.core`` ops, so what they return is again a lazy
 # graph that other transforms can walk. A rule returns None for a zero result.
-def _sum_to(g, shape):
-    """Cotangent ``g`` of a broadcast result summed back to an operand of ``shape``."""
-    if g is None:
-        return None
-    gs = g._shape
-    if gs == shape:
-        return g
-    lead = len(gs) - len(shape)
-    axes = list(range(lead))
-    axes += [lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1]
-    if axes:
-        g = mx.sum(g, axis=axes, keepdims=True)
-    return mx.reshape(g, shape)
-
-
-def _broadcast_to(t, shape):
-    if t is None or t._shape == shape:
-        return t
-    return mx.broadcast_to(t, shape)
-
-
 def _tangent(t, d):
     """``t * d`` for a partial derivative ``d`` (an array or a number; 0 gives None)."""
     if type(d) is not array:
@@ -76,48 +59,9 @@ def _tangent(t, d):
 
 def _cotangent(g, d):
     """``g * conj(d)``: the adjoint of :func:`_tangent`, as MLX defines it for complex."""
-    if type(d) is array and d._dtype.kind == "c":
-        d = mx.conj(d)
+    if type(d) is array:
+        return mx.multiply(g, mx.conj(d) if d._dtype.kind == "c" else d)
     return _tangent(g, d)
-
-
-def _add(a, b):
-    if a is None:
-        return b
-    return a if b is None else mx.add(a, b)
-
-
-def _align(inputs, axes, front: bool = False):
-    """Batched operands of an element-wise op, arranged so that broadcasting them
-    puts the batch on one axis of the result: ``(operands, that axis)``.
-
-    Operands already batched on one axis ``k`` with the full rank are left alone
-    when every unbatched operand broadcasts against their per-example axes
-    (always so for ``k == 0``); otherwise batch axes move to the front and ones
-    are inserted behind them up to the largest per-example rank.
-    """
-    ranks = [x.ndim if a is None else x.ndim - 1 for x, a in zip(inputs, axes)]
-    rank = max(ranks)
-    k = None
-    for a, r in zip(axes, ranks):
-        if a is not None:
-            if (k is not None and a != k) or r != rank:
-                k = -1
-                break
-            k = a
-    if k == 0 or (k is not None and k > 0 and not front
-                  and all(a is not None or k <= rank - r for a, r in zip(axes, ranks))):
-        return list(inputs), k
-    out = []
-    for x, a, r in zip(inputs, axes, ranks):
-        if a is not None:
-            if a:
-                x = mx.moveaxis(x, a, 0)
-            if r < rank:
-                s = x._shape
-                x = mx.reshape(x, s[:1] + (1,) * (rank - r) + s[1:])
-        out.append(x)
-    return out, 0
 
 
 # -- primitive families ------------------------------------------------------
@@ -165,7 +109,7 @@ class Binary(Primitive):
     output with respect to input ``i``; ``y`` is the output in reverse mode, else
     None). The base sums each cotangent back over the dimensions its operand was
     broadcast along, adds the tangents, and batches by aligning the operands'
-    batch axes (:func:`_align`).
+    batch axes (:func:`~lazyx.transforms.rules.align_batched`).
     """
 
     __slots__ = ()
@@ -190,7 +134,18 @@ class Binary(Primitive):
             return [None] * len(argnums)
         a, b = primals
         g, y = cotangents[0], outputs[0]
-        return [_sum_to(_cotangent(g, self.partial(i, a, b, y)), primals[i]._shape)
+        if a is b and len(argnums) == 2:
+            # One array on both sides (``x * x``): one cotangent, for the sum of the
+            # partials, instead of two that the walker would then add.
+            d0, d1 = self.partial(0, a, b, y), self.partial(1, a, b, y)
+            if d0 is d1 and type(d0) is array:
+                d = mx.multiply(d0, 2)
+            elif type(d0) is array or type(d1) is array:
+                d = mx.add(d0, d1)
+            else:
+                d = d0 + d1
+            return [_cotangent(g, d), None]
+        return [sum_to_shape(_cotangent(g, self.partial(i, a, b, y)), primals[i]._shape)
                 for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
@@ -199,25 +154,12 @@ class Binary(Primitive):
             return [None]
         out = None
         for i, t in zip(argnums, tangents):
-            out = _add(out, _tangent(t, self.partial(i, a, b, None)))
-        return [_broadcast_to(out, broadcast_shapes(a._shape, b._shape))]
+            out = add_tangents(out, _tangent(t, self.partial(i, a, b, None)))
+        return [broadcast_to_shape(out, broadcast_shapes(a._shape, b._shape))]
 
     def vmap(self, inputs, axes):
-        (a, b), k = _align(inputs, axes)
+        (a, b), k = align_batched(inputs, axes)
         return [self.apply(a, b)], [k]
-
-
-class NoGradient:
-    """Mixin of piecewise-constant and integer- or bool-valued operations: their
-    cotangents and tangents are zero (the walkers read None as zero)."""
-
-    __slots__ = ()
-
-    def vjp(self, primals, cotangents, argnums, outputs):
-        return [None] * len(argnums)
-
-    def jvp(self, primals, tangents, argnums):
-        return [None]
 
 
 class Ternary(Primitive):
@@ -242,7 +184,7 @@ class BinaryAll(NoGradient, Primitive):
         return [()]
 
     def vmap(self, inputs, axes):
-        (a, b), _ = _align(inputs, axes, front=True)
+        (a, b), _ = align_batched(inputs, axes, front=True)
         e = self.elementwise(a, b)
         if e.ndim > 1:
             e = mx.all(e, axis=tuple(range(1, e.ndim)))
@@ -658,8 +600,8 @@ class DivMod(BinaryMulti):
         g = cotangents[1]
         if outputs[1]._dtype.kind == "b":
             return [None] * len(argnums)
-        return [_sum_to(g if i == 0 else mx.negative(mx.multiply(g, outputs[0])), primals[i]._shape)
-                for i in argnums]
+        return [sum_to_shape(g if i == 0 else mx.negative(mx.multiply(g, outputs[0])),
+                             primals[i]._shape) for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
         a, b = primals
@@ -667,11 +609,12 @@ class DivMod(BinaryMulti):
             return [None, None]
         out = None
         for i, t in zip(argnums, tangents):
-            out = _add(out, t if i == 0 else mx.negative(mx.multiply(t, mx.floor_divide(a, b))))
-        return [None, _broadcast_to(out, broadcast_shapes(a._shape, b._shape))]
+            out = add_tangents(out, t if i == 0 else
+                               mx.negative(mx.multiply(t, mx.floor_divide(a, b))))
+        return [None, broadcast_to_shape(out, broadcast_shapes(a._shape, b._shape))]
 
     def vmap(self, inputs, axes):
-        (a, b), k = _align(inputs, axes)
+        (a, b), k = align_batched(inputs, axes)
         return self.apply(a, b), [k, k]
 
 
@@ -831,7 +774,7 @@ class Select(Ternary):
                 out.append(None)
             else:
                 gi = mx.where(c, g, 0) if i == 1 else mx.where(c, 0, g)
-                out.append(_sum_to(gi, primals[i]._shape))
+                out.append(sum_to_shape(gi, primals[i]._shape))
         return out
 
     def jvp(self, primals, tangents, argnums):
@@ -841,10 +784,10 @@ class Select(Ternary):
         if ts[1] is None and ts[2] is None:
             return [None]
         out = mx.where(primals[0], 0 if ts[1] is None else ts[1], 0 if ts[2] is None else ts[2])
-        return [_broadcast_to(out, broadcast_shapes(*(x._shape for x in primals)))]
+        return [broadcast_to_shape(out, broadcast_shapes(*(x._shape for x in primals)))]
 
     def vmap(self, inputs, axes):
-        (c, x, y), k = _align(inputs, axes)
+        (c, x, y), k = align_batched(inputs, axes)
         return [mx.where(c, x, y, stream=self.stream)], [k]
 
 
@@ -1429,3 +1372,76 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+# -- examples for the registry-wide transform test -------------------------------
+def _complex(x, y):
+    return add(x, multiply(y, 1j))
+
+
+# Unary ops on floats: (primitive, op, domain (low, high), distance from the kink at 0).
+_UNARY_EXAMPLES = [
+    (AsType, lambda x: astype(x, dt.float32), (-1.5, 1.5), 0), (Abs, abs, (-1.5, 1.5), 0.2),
+    (Negative, negative, (-1.5, 1.5), 0), (Exp, exp, (-1.5, 1.5), 0),
+    (Expm1, expm1, (-1.5, 1.5), 0), (Log, log, (0.5, 3), 0), (Log1p, log1p, (-0.5, 2), 0),
+    (Log2, log2, (0.5, 3), 0), (Log10, log10, (0.5, 3), 0), (Sqrt, sqrt, (0.5, 3), 0),
+    (Rsqrt, rsqrt, (0.5, 3), 0), (Square, square, (-1.5, 1.5), 0), (Sin, sin, (-3, 3), 0),
+    (Cos, cos, (-3, 3), 0), (Tan, tan, (-1.2, 1.2), 0), (ArcSin, arcsin, (-0.8, 0.8), 0),
+    (ArcCos, arccos, (-0.8, 0.8), 0), (ArcTan, arctan, (-3, 3), 0),
+    (Sinh, sinh, (-1.5, 1.5), 0), (Cosh, cosh, (-1.5, 1.5), 0), (Tanh, tanh, (-1.5, 1.5), 0),
+    (ArcSinh, arcsinh, (-3, 3), 0), (ArcCosh, arccosh, (1.3, 3), 0),
+    (ArcTanh, arctanh, (-0.8, 0.8), 0), (Erf, erf, (-1.5, 1.5), 0),
+    (ErfInv, erfinv, (-0.8, 0.8), 0), (Sigmoid, sigmoid, (-4, 4), 0),
+    (NanToNum, nan_to_num, (-1.5, 1.5), 0),
+    # Piecewise constant (no gradient), between the integers.
+    (Sign, sign, (-1.5, 1.5), 0.2), (Floor, floor, (-3, 3), 0), (Ceil, ceil, (-3, 3), 0),
+    (Trunc, trunc, (-3, 3), 0), (Round, round, (-3, 3), 0), (StopGradient, stop_gradient, (-2, 2), 0),
+    (IsNan, isnan, (-2, 2), 0), (IsInf, isinf, (-2, 2), 0), (IsFinite, isfinite, (-2, 2), 0),
+    (IsPosInf, isposinf, (-2, 2), 0), (IsNegInf, isneginf, (-2, 2), 0),
+]
+
+# Binary ops on floats: (primitive, op, domain of a, domain of b, distance of b from 0).
+_BINARY_EXAMPLES = [
+    (Add, add, (-2, 2), (-2, 2), 0), (Subtract, subtract, (-2, 2), (-2, 2), 0),
+    (Multiply, multiply, (-2, 2), (-2, 2), 0), (Divide, divide, (-2, 2), (-2, 2), 0.5),
+    (Remainder, remainder, (-5, 5), (-2, 2), 0.5), (Power, power, (0.5, 2), (-2, 2), 0),
+    (Maximum, maximum, (-2, 2), (-2, 2), 0), (Minimum, minimum, (-2, 2), (-2, 2), 0),
+    (LogAddExp, logaddexp, (-3, 3), (-3, 3), 0), (ArcTan2, arctan2, (-2, 2), (-2, 2), 0.5),
+    (DivMod, divmod, (-5, 5), (-2, 2), 0.5),
+    (FloorDivide, floor_divide, (-5, 5), (-2, 2), 0.5),
+    (Equal, equal, (-2, 2), (-2, 2), 0), (NotEqual, not_equal, (-2, 2), (-2, 2), 0),
+    (Less, less, (-2, 2), (-2, 2), 0), (LessEqual, less_equal, (-2, 2), (-2, 2), 0),
+    (Greater, greater, (-2, 2), (-2, 2), 0), (GreaterEqual, greater_equal, (-2, 2), (-2, 2), 0),
+    (IsClose, isclose, (-2, 2), (-2, 2), 0),
+]
+
+
+def _examples() -> list:
+    out = [(cls, example(op, uniform((2, 3), lo, hi, away)))
+           for cls, op, (lo, hi), away in _UNARY_EXAMPLES]
+    # Binary ops broadcast a row against a matrix.
+    out += [(cls, example(op, uniform((2, 3), *da), uniform((3,), *db, away=away)))
+            for cls, op, da, db, away in _BINARY_EXAMPLES]
+    x, y = uniform((2, 3)), uniform((2, 3))
+    out += [
+        (Conjugate, example(lambda a, b: imag(multiply(conj(_complex(a, b)), square(_complex(a, b)))), x, y)),
+        (Real, example(lambda a, b: real(square(_complex(a, b))), x, y)),
+        (Imag, example(lambda a, b: imag(square(_complex(a, b))), x, y)),
+        (Select, example(where, booleans((2, 3)), x, uniform((3,)))),
+        (AllClose, example(allclose, x, y)), (ArrayEqual, example(array_equal, x, y)),
+    ]
+    ints, shifts = integers((2, 3), -50, 50), integers((3,), 0, 4)
+    bools, other = booleans((2, 3)), booleans((3,))
+    out += [(cls, example(op, ints, shifts)) for cls, op in (
+        (BitwiseAnd, bitwise_and), (BitwiseOr, bitwise_or), (BitwiseXor, bitwise_xor),
+        (LeftShift, left_shift), (RightShift, right_shift))]
+    out += [(cls, example(op, bools, other)) for cls, op in (
+        (LogicalAnd, logical_and), (LogicalOr, logical_or), (LogicalXor, logical_xor))]
+    out += [(LogicalNot, example(logical_not, bools)),
+            (BitwiseInvert, example(bitwise_invert, ints))]
+    return out
+
+
+@hookimpl
+def lazyx_examples():
+    return _examples()

@@ -23,6 +23,14 @@ refer to a new node; nodes built from the old value keep reading it (see
 range raise :class:`IndexOutOfRangeError` at the call when the index is a Python int or
 host data (list, NumPy array), and at evaluation when it is a lazyx array (where MLX
 reads or writes out of bounds).
+
+Transform rules sit beside each primitive. A gather's cotangent is a scatter-add at the
+same index; a scatter's cotangents follow its mode (see :class:`Scatter`): an
+assignment's reaches only the write that won each position (found by scattering the
+updates' positions when the index may repeat), so gradients agree with finite
+differences. Batched, an operand's batch axis gets a whole slice, or, when index arrays
+are batched too, an index array of batch positions placed so that NumPy lays out the
+result as it does for one example. Index arrays get no gradient.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.rules import add_batch_axis, batch_first, move_batch_axis, sum_to_shape
 
 _int = int
 _index = operator.index
@@ -108,6 +117,22 @@ def _slice_key(starts: tuple, ends: tuple, strides: tuple) -> tuple:
 
 
 # -- primitives ------------------------------------------------------------------
+# Transform rules sit beside each class and build lazy graphs (``lazyx.core`` ops or new
+# nodes of these primitives). Index arrays are integers: they get no cotangent. In the
+# ``vmap`` rules the batch goes first wherever an index would otherwise have to follow it.
+def _apply(prim: Primitive, *inputs) -> array:
+    """A node of ``prim`` on ``inputs`` with the first input's dtype."""
+    return lazy(prim.output_shapes(inputs)[0], inputs[0]._dtype, prim, inputs)
+
+
+def _insert(t: tuple, i: int, v) -> tuple:
+    return t[:i] + (v,) + t[i:]
+
+
+def _tangents(argnums, tangents) -> dict:
+    return {i: t for i, t in zip(argnums, tangents)}
+
+
 class _Strided(Primitive):
     """Parameters of a strided block of every axis: ``start_indices``, ``end_indices``
     (``-1`` where a negative stride runs through index 0) and ``strides``."""
@@ -121,6 +146,14 @@ class _Strided(Primitive):
         self.strides = strides
         self._key = _slice_key(start_indices, end_indices, strides)
 
+    def _params(self):
+        return self.start_indices, self.end_indices, self.strides
+
+    def _batched(self, b: int, n: int) -> tuple:
+        """The parameters with the whole batch axis ``b`` (of size ``n``) inserted."""
+        return (_insert(self.start_indices, b, 0), _insert(self.end_indices, b, n),
+                _insert(self.strides, b, 1))
+
 
 class Slice(_Strided):
     """``a[start:end:stride]`` along every axis (a view)."""
@@ -131,6 +164,18 @@ class Slice(_Strided):
         return [tuple(len(range(b, e, s)) for b, e, s in
                       zip(self.start_indices, self.end_indices, self.strides))]
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a = primals[0]
+        return [_apply(SliceUpdate(self.stream, *self._params()), mx.zeros_like(a),
+                       cotangents[0])]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        return [_apply(Slice(self.stream, *self._batched(b, x._shape[b])), x)], [b]
+
 
 class SliceUpdate(_Strided):
     """``a`` with ``a[start:end:stride]`` replaced by the update (second input), which
@@ -140,6 +185,37 @@ class SliceUpdate(_Strided):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        v, g = primals[1], cotangents[0]
+        out = []
+        for i in argnums:
+            if i == 0:  # the overwritten block gets nothing
+                out.append(_apply(self, g, constant(0, g._dtype)))
+            else:
+                gv = _apply(Slice(self.stream, *self._params()), g)
+                out.append(sum_to_shape(gv, v._shape, self.stream))
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        a = primals[0]
+        ts = _tangents(argnums, tangents)
+        ta = ts.get(0)
+        return [_apply(self, mx.zeros_like(a) if ta is None else ta,
+                       ts.get(1, constant(0, a._dtype)))]
+
+    def vmap(self, inputs, axes):
+        (a, v), (b, bv) = inputs, axes
+        s = self.stream
+        if b is None:
+            a, b = add_batch_axis(a, 0, v._shape[bv], s), 0
+        r = len(a._shape) - 1
+        if bv is not None:
+            v = move_batch_axis(batch_first(v, bv, r, s), 0, b, s)
+        elif b and len(v._shape) > r - b:  # the update would broadcast over the batch axis
+            v = mx.reshape(v, (1,) * (r - len(v._shape)) + v._shape, stream=s)
+            v = mx.expand_dims(v, b, stream=s)
+        return [_apply(SliceUpdate(s, *self._batched(b, a._shape[b])), a, v)], [b]
 
 
 class Gather(Primitive):
@@ -158,6 +234,26 @@ class Gather(Primitive):
 
     def output_shapes(self, inputs):
         return [_indexed_shape(self.entries, [x.shape for x in inputs])]
+
+    # The cotangent adds back at the gathered positions (repeated ones accumulate).
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a = primals[0]
+        prim = Scatter(self.stream, _shift_entries(self.entries, 1), "add")
+        return [None if i else _apply(prim, mx.zeros_like(a), cotangents[0], *primals[1:])
+                for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        if argnums[0]:
+            return [None]
+        return [_apply(self, tangents[0], *primals[1:])]
+
+    def vmap(self, inputs, axes):
+        x, bx = inputs[0], axes[0]
+        entries, idx, xb, at = _batch_index(self.entries, bx is not None, inputs[1:], axes[1:],
+                                            1, _batch_size(inputs, axes), self.stream)
+        if bx is not None:
+            x = move_batch_axis(x, bx, xb, self.stream)
+        return [_apply(Gather(self.stream, entries), x, *idx)], [at]
 
 
 _GATHER_PLANS: dict = {}
@@ -186,7 +282,14 @@ def _gather_plan(entries: tuple) -> tuple:
 class Scatter(Primitive):
     """``a`` updated at ``a[index]`` (NumPy's indexing rules) with the update (second
     input). ``reduce`` is ``None`` (assign; with repeated positions one write wins) or
-    ``"add" "prod" "max" "min"``, which combine repeated positions (``np.add.at``)."""
+    ``"add" "prod" "max" "min"``, which combine repeated positions (``np.add.at``).
+
+    Gradients: an assignment's cotangent reaches only the update that won each
+    position; ``add`` is linear; ``prod`` gives each update the product of the others
+    at its position (zeros included); ``max``/``min`` share a position's cotangent
+    equally among the operand and the updates that equal the result there (JAX's
+    convention for ties).
+    """
 
     __slots__ = ("entries", "reduce", "_template", "_places")
 
@@ -198,6 +301,143 @@ class Scatter(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    # -- the pieces the rules are made of --
+    def _scatter(self, a, v, idx, reduce) -> array:
+        p = self if reduce == self.reduce else Scatter(self.stream, self.entries, reduce)
+        return _apply(p, a, v, *idx)
+
+    def _gather(self, x, idx) -> array:
+        return _apply(Gather(self.stream, _shift_entries(self.entries, -1)), x, *idx)
+
+    def _target(self, a, idx) -> tuple:
+        """The shape of the indexed block (what the update broadcasts to)."""
+        return _indexed_shape(self.entries, [a._shape, ()] + [x._shape for x in idx])
+
+    def _winners(self, a, idx, target) -> array:
+        """Where each element of the (broadcast) update is the write that stayed."""
+        s = self.stream
+        n = _prod(target)
+        itype = dt.int32 if n < 2 ** 31 else dt.int64
+        ids = mx.reshape(mx.arange(n, dtype=itype, stream=s), target, stream=s)
+        w = self._scatter(mx.full(a._shape, -1, itype, stream=s), ids, idx, None)
+        return mx.equal(self._gather(w, idx), ids, stream=s)
+
+    def _prod_others(self, a, vb, idx) -> array:
+        """For each update, ``a`` times the product of the other updates at its position."""
+        s = self.stream
+        zero = mx.equal(vb, 0, stream=s)
+        nz = mx.where(zero, constant(1, vb._dtype), vb, stream=s)
+        ones = mx.ones_like(a, stream=s)
+        p = self._scatter(ones, nz, idx, "prod")
+        z = self._gather(self._scatter(mx.zeros_like(a, stream=s),
+                                       mx.astype(zero, a._dtype, stream=s), idx, "add"), idx)
+        single = mx.where(zero, mx.equal(z, 1, stream=s), mx.equal(z, 0, stream=s), stream=s)
+        ap = self._gather(mx.multiply(a, p, stream=s), idx)
+        return mx.multiply(mx.divide(ap, nz, stream=s), mx.astype(single, a._dtype, stream=s),
+                           stream=s)
+
+    def _extremum_parts(self, a, vb, idx, out):
+        """``(kept, won, count)``: where the operand equals the result, where an update
+        does, and how many of them share each position."""
+        s = self.stream
+        kept = mx.equal(a, out, stream=s)
+        won = mx.equal(vb, self._gather(out, idx), stream=s)
+        count = self._scatter(mx.astype(kept, a._dtype, stream=s),
+                              mx.astype(won, a._dtype, stream=s), idx, "add")
+        return kept, won, count
+
+    # -- the rules --
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, v, idx = primals[0], primals[1], primals[2:]
+        g = cotangents[0]
+        s = self.stream
+        red = self.reduce
+        ga = gv = None
+        want_v = 1 in argnums
+        if red is None:
+            ga = self._scatter(g, constant(0, g._dtype), idx, None)
+            if want_v:
+                gv = self._gather(g, idx)
+                if _may_repeat(self.entries, a._shape, idx, 2):
+                    mask = self._winners(a, idx, gv._shape)
+                    gv = mx.where(mask, gv, constant(0, g._dtype), stream=s)
+        elif red == "add":
+            ga = g
+            if want_v:
+                gv = self._gather(g, idx)
+        else:
+            target = self._target(a, idx)
+            vb = mx.broadcast_to(v, target, stream=s)
+            if red == "prod":
+                ga = mx.multiply(g, _conj(self._scatter(mx.ones_like(a, stream=s), vb, idx,
+                                                        "prod")), stream=s)
+                if want_v:
+                    gv = mx.multiply(self._gather(g, idx), _conj(self._prod_others(a, vb, idx)),
+                                     stream=s)
+            else:
+                kept, won, count = self._extremum_parts(a, vb, idx, outputs[0])
+                share = mx.divide(g, count, stream=s)
+                zero = constant(0, g._dtype)
+                ga = mx.where(kept, share, zero, stream=s)
+                if want_v:
+                    gv = mx.where(won, self._gather(share, idx), zero, stream=s)
+        res = []
+        for i in argnums:
+            if i == 0:
+                res.append(ga)
+            elif i == 1:
+                res.append(sum_to_shape(gv, v._shape, s))
+            else:
+                res.append(None)
+        return res
+
+    def jvp(self, primals, tangents, argnums):
+        a, v, idx = primals[0], primals[1], primals[2:]
+        s = self.stream
+        ts = _tangents(argnums, tangents)
+        ta, tv = ts.get(0), ts.get(1)
+        if ta is None and tv is None:
+            return [None]
+        red = self.reduce
+        if red is None or red == "add":
+            if tv is None:
+                return [ta if red else self._scatter(ta, constant(0, a._dtype), idx, None)]
+            return [self._scatter(mx.zeros_like(a) if ta is None else ta, tv, idx, red)]
+        target = self._target(a, idx)
+        vb = mx.broadcast_to(v, target, stream=s)
+        if red == "prod":
+            out = None
+            if ta is not None:
+                out = mx.multiply(ta, self._scatter(mx.ones_like(a, stream=s), vb, idx, "prod"),
+                                  stream=s)
+            if tv is not None:
+                tv = mx.multiply(mx.broadcast_to(tv, target, stream=s),
+                                 self._prod_others(a, vb, idx), stream=s)
+                out = self._scatter(mx.zeros_like(a) if out is None else out, tv, idx, "add")
+            return [out]
+        kept, won, count = self._extremum_parts(a, vb, idx, _apply(self, a, v, *idx))
+        zero = constant(0, a._dtype)
+        base = mx.zeros_like(a) if ta is None else mx.where(kept, ta, zero, stream=s)
+        if tv is not None:
+            base = self._scatter(base, mx.where(won, tv, zero, stream=s), idx, "add")
+        return [mx.divide(base, count, stream=s)]
+
+    def vmap(self, inputs, axes):
+        (a, v), (ba, bv) = inputs[:2], axes[:2]
+        s = self.stream
+        n = _batch_size(inputs, axes)
+        entries, idx, xb, at = _batch_index(self.entries, True, inputs[2:], axes[2:], 2, n, s)
+        a = add_batch_axis(a, xb, n, s) if ba is None else move_batch_axis(a, ba, xb, s)
+        # The update must broadcast to the batched block, its batch at ``at``.
+        target = _indexed_shape(entries, [a._shape, ()] + [x._shape for x in idx])
+        r = len(target) - 1
+        if bv is not None:
+            v = move_batch_axis(batch_first(v, bv, r, s), 0, at, s)
+        elif len(v._shape) > r - at:
+            v = mx.reshape(v, (1,) * (r - len(v._shape)) + v._shape, stream=s)
+            v = mx.expand_dims(v, at, stream=s)
+        return [_apply(Scatter(s, entries, self.reduce), a, v, *idx)], [xb]
 
 
 class GatherAxis(Primitive):
@@ -213,11 +453,36 @@ class GatherAxis(Primitive):
     def output_shapes(self, inputs):
         return [_along_shape(inputs[0].shape, inputs[1].shape, self.axis)]
 
+    # The cotangent adds back at the gathered positions; axes where ``a`` was broadcast
+    # against the indices are summed.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, idx = primals
+        g = cotangents[0]
+        ax = self.axis
+        spread = g._shape[:ax] + (a._shape[ax],) + g._shape[ax + 1:]
+        key = _along_key(idx, ax, g._shape, self.stream)
+        ga = mx.zeros(spread, a._dtype, stream=self.stream).at[key].add(g)
+        return [None if i else sum_to_shape(ga, a._shape, self.stream) for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        if argnums[0]:
+            return [None]
+        return [_apply(self, tangents[0], primals[1])]
+
+    def vmap(self, inputs, axes):
+        s = self.stream
+        (a, idx), (ba, bi) = inputs, axes
+        # An unbatched operand gets a batch axis of size 1: it broadcasts.
+        a = mx.expand_dims(a, 0, stream=s) if ba is None else batch_first(a, ba, stream=s)
+        idx = mx.expand_dims(idx, 0, stream=s) if bi is None else batch_first(idx, bi, stream=s)
+        return [_apply(GatherAxis(s, self.axis + 1), a, idx)], [0]
+
 
 class ScatterAxis(Primitive):
     """``put_along_axis``: ``a`` with the values (third input) written at the positions
     of ``indices`` (second input) along ``axis``; indices and values broadcast together
-    and with ``a``'s other axes."""
+    and with ``a``'s other axes. With repeated positions one write wins, and only it
+    gets a cotangent."""
 
     __slots__ = ("axis",)
 
@@ -227,6 +492,58 @@ class ScatterAxis(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def _full(self, a, idx, v) -> tuple:
+        """The shape indices and values are broadcast to (as the kernel does)."""
+        ax = self.axis
+        vs = (1,) * (len(a._shape) - len(v._shape)) + v._shape
+        return a._shape[:ax] + broadcast_shapes((idx._shape[ax],), (vs[ax],)) + \
+            a._shape[ax + 1:]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, idx, v = primals
+        g = cotangents[0]
+        s = self.stream
+        res = []
+        for i in argnums:
+            if i == 0:  # overwritten positions get nothing
+                res.append(_apply(self, g, idx, constant(0, g._dtype)))
+            elif i == 2:
+                full = self._full(a, idx, v)
+                idx_f = mx.broadcast_to(idx, full, stream=s)
+                gather = GatherAxis(s, self.axis)
+                gv = _apply(gather, g, idx_f)
+                if _repeats_along(idx, a._shape[self.axis], self.axis, full):
+                    n = _prod(full)
+                    itype = dt.int32 if n < 2 ** 31 else dt.int64
+                    ids = mx.reshape(mx.arange(n, dtype=itype, stream=s), full, stream=s)
+                    w = _apply(self, mx.full(a._shape, -1, itype, stream=s), idx_f, ids)
+                    gv = mx.where(mx.equal(_apply(gather, w, idx_f), ids, stream=s), gv,
+                                  constant(0, g._dtype), stream=s)
+                res.append(sum_to_shape(gv, v._shape, s))
+            else:
+                res.append(None)
+        return res
+
+    def jvp(self, primals, tangents, argnums):
+        a, idx, v = primals
+        ts = _tangents(argnums, tangents)
+        ta, tv = ts.get(0), ts.get(2)
+        if ta is None and tv is None:
+            return [None]
+        return [_apply(self, mx.zeros_like(a) if ta is None else ta, idx,
+                       constant(0, a._dtype) if tv is None else tv)]
+
+    def vmap(self, inputs, axes):
+        s = self.stream
+        (a, idx, v), (ba, bi, bv) = inputs, axes
+        n = _batch_size(inputs, axes)
+        nd = len(a._shape) - (ba is not None)
+        a = add_batch_axis(a, 0, n, s) if ba is None else batch_first(a, ba, stream=s)
+        idx = mx.expand_dims(idx, 0, stream=s) if bi is None else batch_first(idx, bi, stream=s)
+        if bv is not None:
+            v = batch_first(v, bv, nd, s)
+        return [_apply(ScatterAxis(s, self.axis + 1), a, idx, v)], [0]
 
 
 def _along_shape(a_shape: tuple, i_shape: tuple, axis: int) -> tuple:
@@ -242,6 +559,131 @@ def _along_shape(a_shape: tuple, i_shape: tuple, axis: int) -> tuple:
             raise ShapeError(f"[take_along_axis] Indices of shape {i_shape} do not broadcast "
                              f"with an array of shape {a_shape} outside axis {axis}.")
     return tuple(out)
+
+
+# -- helpers of the transform rules ---------------------------------------------------
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _conj(x: array) -> array:
+    return mx.conj(x) if x._dtype.kind == "c" else x
+
+
+def _batch_size(inputs, axes) -> int:
+    return next(x._shape[b] for x, b in zip(inputs, axes) if b is not None)
+
+
+def _shift_entries(entries: tuple, by: int) -> tuple:
+    """``entries`` with their index arrays ``by`` input positions further on."""
+    return tuple(("array", e[1] + by) if e[0] == "array" else e for e in entries)
+
+
+def _advanced_layout(entries: tuple) -> tuple:
+    """``(dims before, adjacent)`` of the advanced indices (ints and arrays): how many
+    result dimensions precede the first, and whether they stand next to each other
+    (NumPy then puts their broadcast dimensions in place, else first)."""
+    before = 0
+    first = -1
+    last = -2
+    adjacent = True
+    for pos, e in enumerate(entries):
+        if e[0] == "slice" or e[0] == "new":
+            if first < 0:
+                before += 1
+        else:
+            if first < 0:
+                first = pos
+            elif last != pos - 1:
+                adjacent = False
+            last = pos
+    return before, adjacent
+
+
+def _batch_index(entries: tuple, x_batched: bool, idx, axes, first: int, n: int, stream):
+    """Index ``entries`` and index arrays for a batched operand or batched indices:
+    ``(entries, index arrays, operand batch axis, batch axis of the indexed block)``.
+
+    With unbatched indices the batched operand's batch (moved first) gets a whole
+    slice. Batched indices are lined up behind their batch axis; a batched operand
+    then gets an index array of batch positions, placed (with the operand's batch
+    axis) just before the first advanced index, so that the advanced indices stay
+    adjacent or not as they were and the block keeps its place.
+    """
+    adv = [() for e in entries if e[0] == "int"]
+    for x, b in zip(idx, axes):
+        adv.append(x._shape if b is None else x._shape[:b] + x._shape[b + 1:])
+    rank = len(broadcast_shapes(*adv)) if adv else 0
+    if all(b is None for b in axes):
+        entries = (("slice", 0, n, 1),) + entries
+        return entries, list(idx), 0, 0 if _advanced_layout(entries)[1] else rank
+    idx = [x if b is None else batch_first(x, b, rank, stream) for x, b in zip(idx, axes)]
+    before, adjacent = _advanced_layout(entries)
+    at = before if adjacent else 0
+    if not x_batched:
+        return entries, idx, None, at
+    iota = mx.reshape(mx.arange(n, dtype=dt.int32, stream=stream), (n,) + (1,) * rank,
+                      stream=stream)
+    pos = next(k for k, e in enumerate(entries) if e[0] == "int" or e[0] == "array")
+    axis = sum(1 for e in entries[:pos] if e[0] == "slice")
+    shifted = _shift_entries(entries, 1)
+    return shifted[:pos] + (("array", first),) + shifted[pos:], [iota] + idx, axis, at
+
+
+def _may_repeat(entries: tuple, shape: tuple, idx, first: int) -> bool:
+    """Whether the index arrays may name one position twice (True unless all are
+    evaluated NumPy data whose positions are distinct)."""
+    arrays, sizes = [], []
+    ax = 0
+    for e in entries:
+        tag = e[0]
+        if tag == "new":
+            continue
+        if tag == "array":
+            d = idx[e[1] - first]._data
+            if type(d) is not np.ndarray:
+                return True
+            n = shape[ax]
+            arrays.append(np.where(d < 0, d + n, d) if d.dtype.kind == "i" else d)
+            sizes.append(n)
+        ax += 1
+    if not arrays:
+        return False
+    try:
+        flat = np.ravel_multi_index(tuple(np.broadcast_arrays(*arrays)), tuple(sizes))
+    except ValueError:
+        return True
+    flat = flat.reshape(-1)
+    return np.unique(flat).size != flat.size
+
+
+def _repeats_along(idx: array, n: int, axis: int, full: tuple) -> bool:
+    """Whether ``idx`` (broadcast to ``full``) may name one position of an axis of
+    size ``n`` twice along ``axis`` (True unless it is evaluated NumPy data)."""
+    d = idx._data
+    if type(d) is not np.ndarray:
+        return True
+    if d.dtype.kind == "i":
+        d = np.where(d < 0, d + n, d)
+    d = np.sort(np.broadcast_to(d, full), axis=axis)
+    return bool(np.any(np.diff(d, axis=axis) == 0))
+
+
+def _along_key(idx: array, axis: int, shape: tuple, stream) -> tuple:
+    """Index arrays that name, for each element of a ``take_along_axis`` result of
+    ``shape``, the element it came from: ``idx`` on ``axis``, positions elsewhere."""
+    nd = len(shape)
+    key = []
+    for d in range(nd):
+        if d == axis:
+            key.append(idx)
+        else:
+            key.append(mx.reshape(mx.arange(shape[d], dtype=dt.int32, stream=stream),
+                                  (1,) * d + (shape[d],) + (1,) * (nd - d - 1), stream=stream))
+    return tuple(key)
 
 
 # -- parsing an index --------------------------------------------------------------
@@ -864,3 +1306,35 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+# -- examples for the registry-wide transform test -------------------------------------
+def _assigned(a, key, v):
+    b = mx.multiply(a, 1.0)  # a new array: the caller's argument keeps its value
+    b[key] = v
+    return b
+
+
+@hookimpl
+def lazyx_examples():
+    from lazyx.transforms.examples import example, integers, uniform
+
+    x = uniform((4, 3))
+    rows = np.array([0, 2, 0], np.int32)  # a repeated position
+    return [
+        (Slice, example(lambda a: a[1:, ::-2], x)),
+        (SliceUpdate, example(lambda a, v: _assigned(a, (slice(1, 3), 1), v), x, uniform((2,)))),
+        (Gather, example(lambda a, i: a[i], x, rows)),
+        (Gather, example(lambda a, i, j: a[i, :, j], uniform((4, 2, 3)),
+                         integers((2,), 0, 4), integers((3, 1), 0, 3))),
+        (Scatter, example(lambda a, i, v: _assigned(a, (i, slice(1, None)), v), x, rows,
+                          uniform((3, 2)))),
+        (Scatter, example(lambda a, i, v: a.at[i].add(v), x, rows, uniform((3, 3)))),
+        (Scatter, example(lambda a, i, v: a.at[:, i].multiply(v), x, rows, uniform((3,)))),
+        (Scatter, example(lambda a, i, v: a.at[i].maximum(v), x, rows, uniform((3, 1)))),
+        (Scatter, example(lambda a, i, v: a.at[i, 1].minimum(v), x, rows, uniform((3,)))),
+        (GatherAxis, example(lambda a, i: take_along_axis(a, i, 1), x,
+                             integers((4, 2), 0, 3))),
+        (ScatterAxis, example(lambda a, i, v: put_along_axis(a, i, v, 0), x,
+                              np.array([[0, 3, 1], [0, 1, 2]], np.int32), uniform((2, 3)))),
+    ]

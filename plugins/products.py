@@ -25,6 +25,8 @@ from lazyx.device import to_stream
 from lazyx.errors import AxisError, DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.examples import example, uniform
+from lazyx.transforms.rules import add_tangents, batch_first, batched_axes, sum_to_shape
 
 _PROMOTE = dt._PROMOTE
 
@@ -82,45 +84,15 @@ def _operands(a, b, op: str):
 
 
 # -- transform helpers -----------------------------------------------------------
-def sum_to_shape(x: array, shape: tuple, stream) -> array:
-    """``x`` summed over the dimensions that broadcasting added to ``shape``.
-
-    This is how the cotangent of a broadcast operand is formed: the leading
-    dimensions ``x`` has beyond ``shape`` and the dimensions where ``shape``
-    has 1 are summed.
-    """
-    sx = x._shape
-    if sx == shape:
-        return x
-    lead = len(sx) - len(shape)
-    inner = [lead + i for i, s in enumerate(shape) if s == 1 and sx[lead + i] != 1]
-    if not inner:  # only leading dimensions: one reduction, no reshape
-        return mx.sum(x, axis=list(range(lead)), stream=stream)
-    x = mx.sum(x, axis=list(range(lead)) + inner, keepdims=True, stream=stream)
-    return _reshape(x, shape, stream)
-
-
-def _batch_first(x: array, axis: int, rank: int, stream) -> array:
-    """Batched ``x`` with its batch axis moved to the front and, behind it, ones
-    inserted until it has ``rank`` per-example dimensions (so that broadcasting
-    against unbatched operands aligns the per-example dimensions)."""
-    if axis != 0:
-        x = mx.moveaxis(x, axis, 0, stream=stream)
-    pad = rank + 1 - len(x._shape)
-    if pad > 0:
-        x = mx.reshape(x, x._shape[:1] + (1,) * pad + x._shape[1:], stream=stream)
-    return x
-
-
 def _as_matrices(a: array, b: array, ax, bx, stream):
     """Operands of a vmapped matmul as stacks of matrices whose product has the
     batch at axis 0: ``(a2, b2, vec_a, vec_b)``, where ``vec_a`` / ``vec_b``
     say that the per-example ``a`` / ``b`` was a vector (its matrix dimension
     must be dropped from the product)."""
     if ax is not None:
-        a = _batch_first(a, ax, 0, stream)
+        a = batch_first(a, ax, stream=stream)
     if bx is not None:
-        b = _batch_first(b, bx, 0, stream)
+        b = batch_first(b, bx, stream=stream)
     ra = len(a._shape) - (ax is not None)
     rb = len(b._shape) - (bx is not None)
     vec_a, vec_b = ra == 1, rb == 1
@@ -130,9 +102,9 @@ def _as_matrices(a: array, b: array, ax, bx, stream):
         b = mx.expand_dims(b, -1, stream=stream)
     rank = max(ra, rb, 2)
     if ax is not None:
-        a = _batch_first(a, 0, rank, stream)
+        a = batch_first(a, 0, rank, stream)
     if bx is not None:
-        b = _batch_first(b, 0, rank, stream)
+        b = batch_first(b, 0, rank, stream)
     return a, b, vec_a, vec_b
 
 
@@ -181,7 +153,7 @@ def _matmul_jvp(a: array, b: array, tangents, argnums, a_pos: int, stream) -> ar
             d = mx.matmul(a, t, stream=stream)
         else:
             continue
-        out = d if out is None else mx.add(out, d, stream=stream)
+        out = add_tangents(out, d, stream)
     return out
 
 
@@ -260,7 +232,7 @@ class AddMM(Primitive):
             ab = mx.matmul(a, b, stream=s)
             if self.alpha != 1.0:
                 ab = mx.multiply(ab, self.alpha, stream=s)
-            c = _batch_first(c, cx, len(ab._shape), s)
+            c = batch_first(c, cx, len(ab._shape), s)
             if self.beta == 0.0:  # as the kernel, ignore c (its NaNs too)
                 return [mx.broadcast_to(ab, c._shape[:1] + ab._shape, stream=s)], [0]
             if self.beta != 1.0:
@@ -270,7 +242,7 @@ class AddMM(Primitive):
         if cx is not None:
             # Per-example c has at most the per-example output's dimensions.
             rank = max(len(a._shape), len(b._shape)) - 1 - vec_a - vec_b
-            c = _batch_first(c, cx, rank, s)
+            c = batch_first(c, cx, rank, s)
         # c lines up with the product's per-example dimensions, vector ones
         # removed; put them back (a 0-d c broadcasts as it is).
         if vec_b and c._shape:
@@ -318,9 +290,8 @@ class Softmax(Primitive):
     def vmap(self, inputs, axes):
         ax = axes[0]
         # The batch axis stays where it is; the softmax axes behind it shift by one.
-        shifted = [i + (i >= ax) for i in self.axes]
-        return [mx.softmax(inputs[0], axis=shifted, precise=self.precise,
-                           stream=self.stream)], [ax]
+        return [mx.softmax(inputs[0], axis=list(batched_axes(self.axes, ax)),
+                           precise=self.precise, stream=self.stream)], [ax]
 
 
 # -- op functions --------------------------------------------------------------
@@ -571,3 +542,16 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+@hookimpl
+def lazyx_examples():
+    return [
+        (Matmul, example(matmul, uniform((2, 3)), uniform((3, 4)))),
+        # A vector against a stack of matrices: the batch dimensions broadcast.
+        (Matmul, example(matmul, uniform((3,)), uniform((2, 3, 2)))),
+        (AddMM, example(lambda c, a, b: addmm(c, a, b, alpha=0.5, beta=2.0),
+                        uniform((4,)), uniform((2, 3)), uniform((3, 4)))),
+        (Softmax, example(lambda x: softmax(x, axis=-1), uniform((2, 3)))),
+        (Softmax, example(lambda x: softmax(x, axis=(0, 2)), uniform((2, 2, 3)))),
+    ]

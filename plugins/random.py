@@ -41,6 +41,8 @@ from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError, TransformError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms import examples as _ex
+from lazyx.transforms.rules import NoGradient, add_batch_axis, batch_first
 
 _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
@@ -54,7 +56,7 @@ _BELOW_ONE[dt.float64] = _BELOW_ONE[dt.float32]
 
 
 # -- primitives ----------------------------------------------------------------
-class RandomBits(Primitive):
+class RandomBits(NoGradient, Primitive):
     """Random bits from keys: ``keys`` of shape ``(..., 2)`` give ``(...) + shape``.
 
     The output of each key is ``prod(shape) * width`` bytes, filled from
@@ -85,18 +87,9 @@ class RandomBits(Primitive):
     def output_shapes(self, inputs):
         return [tuple(inputs[0].shape[:-1]) + self.shape]
 
-    def vjp(self, primals, cotangents, argnums, outputs):
-        return [mx.zeros_like(primals[0], stream=self.stream) for _ in argnums]
-
-    def jvp(self, primals, tangents, argnums):
-        shape = primals[0]._shape[:-1] + self.shape
-        return [mx.zeros(shape, _UINT[self.width], stream=self.stream)]
-
     def vmap(self, inputs, axes):
-        keys, ax = inputs[0], axes[0]
         # The kernel draws for every key of (..., 2): the batch goes in front.
-        if ax != 0:
-            keys = mx.moveaxis(keys, ax, 0, stream=self.stream)
+        keys = batch_first(inputs[0], axes[0], stream=self.stream)
         out = lazy(keys._shape[:-1] + self.shape, _UINT[self.width], self, (keys,))
         return [out], [0]
 
@@ -107,16 +100,9 @@ def _batched_matrices(inputs, axes, stream) -> list:
     An unbatched input is broadcast (a view) to the batched shape; a batch
     axis among the matrix dimensions moves to the front.
     """
-    out = []
-    size = None
-    for x, ax in zip(inputs, axes):
-        if ax is not None:
-            if ax != 0:
-                x = mx.moveaxis(x, ax, 0, stream=stream)
-            size = x._shape[0]
-        out.append(x)
-    return [x if ax is not None else mx.broadcast_to(x, (size,) + x._shape, stream=stream)
-            for x, ax in zip(out, axes)]
+    size = next(x._shape[ax] for x, ax in zip(inputs, axes) if ax is not None)
+    return [add_batch_axis(x, 0, size, stream) if ax is None else batch_first(x, ax, stream=stream)
+            for x, ax in zip(inputs, axes)]
 
 
 class MatrixSqrt(Primitive):
@@ -148,8 +134,7 @@ class MatrixSqrt(Primitive):
     def vmap(self, inputs, axes):
         c, ax = inputs[0], axes[0]
         if ax >= len(c._shape) - 2:  # the batch must be a leading axis
-            c = mx.moveaxis(c, ax, 0, stream=self.stream)
-            ax = 0
+            c, ax = batch_first(c, ax, stream=self.stream), 0
         return [lazy(c._shape, c._dtype, self, (c,))], [ax]
 
 
@@ -742,3 +727,25 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+# -- examples for the registry-wide transform test -------------------------------
+def _matrix_sqrt(c):
+    return lazy(c._shape, c._dtype, MatrixSqrt(to_stream(None)), (c,))
+
+
+@hookimpl
+def lazyx_examples():
+    k = np.array([3, 141], dtype=np.uint32)
+    m = _ex.uniform((3, 3), -1, 1)
+    spd = m @ m.T + 3 * np.eye(3)  # symmetric positive definite: the square root is smooth
+    c = from_buffer(spd, dt.float64)
+    return [
+        (RandomBits, _ex.example(lambda key: bits((2, 3), key=key), k)),
+        (RandomBits, _ex.example(lambda key: split(key, 3), k)),
+        (MatrixSqrt, _ex.example(_matrix_sqrt, spd)),
+        # The derivative in its direction argument (the matrix is a constant).
+        (MatrixSqrtDerivative, _ex.example(
+            lambda t: lazy(c._shape, c._dtype, MatrixSqrtDerivative(to_stream(None)), (c, t)),
+            _ex.uniform((3, 3)))),
+    ]

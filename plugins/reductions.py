@@ -27,6 +27,8 @@ from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.examples import example, uniform
+from lazyx.transforms.rules import NoGradient, batch_first, batched_axes
 
 _float32 = dt.float32
 _bool = dt.bool_
@@ -181,7 +183,7 @@ class Reduce(_OverAxes):
         return mx.divide(cast(hit, d, s), count, stream=s)
 
 
-class ArgReduce(Primitive):
+class ArgReduce(NoGradient, Primitive):
     """Index of the ``op`` (``argmax``/``argmin``) element along ``axis``, as uint32.
 
     ``axis=None`` reduces the flattened array (the result has shape ``()``, or
@@ -202,19 +204,12 @@ class ArgReduce(Primitive):
             return [(1,) * len(shape) if self.keepdims else ()]
         return [reduced_shape(shape, (self.axis,), self.keepdims)]
 
-    def vjp(self, primals, cotangents, argnums, outputs):
-        return [None]
-
-    def jvp(self, primals, tangents, argnums):
-        return [None]
-
     def vmap(self, inputs, axes):
         x, ax, s = inputs[0], axes[0], self.stream
         fn = getattr(mx, self.op)
         if self.axis is None:
             # Each example is flattened on its own: batch in front, the rest in one axis.
-            if ax != 0:
-                x = mx.moveaxis(x, ax, 0, stream=s)
+            x = batch_first(x, ax, stream=s)
             n = x._shape[0]
             out = fn(mx.reshape(x, (n, -1), stream=s), axis=1, stream=s)
             if self.keepdims:
@@ -362,7 +357,7 @@ _SCAN_FUNCTIONS = {"sum": "cumsum", "prod": "cumprod", "max": "cummax", "min": "
 def _batched_axes(axes: tuple, bx: int, keepdims: bool):
     """``axes`` of one example as axes of the batch (batch axis ``bx``), and the batch
     axis of the result of reducing them."""
-    new = tuple(a + (a >= bx) for a in axes)
+    new = batched_axes(axes, bx)
     return new, bx if keepdims else bx - builtins.sum(1 for a in axes if a < bx)
 
 
@@ -890,3 +885,25 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+@hookimpl
+def lazyx_examples():
+    x, p = uniform((2, 3)), uniform((2, 3), 0.5, 1.5)
+    return [
+        (Reduce, example(lambda a: sum(a, axis=1, keepdims=True), x)),
+        (Reduce, example(lambda a: prod(a, axis=-1), x)),
+        (Reduce, example(lambda a: max(a, axis=0), x)),
+        (Reduce, example(lambda a: min(a, axis=(0, 1), keepdims=True), x)),
+        (Reduce, example(lambda a: all(mx.greater(a, 0), axis=1), x)),
+        (Reduce, example(lambda a: any(mx.greater(a, 0)), x)),
+        (ArgReduce, example(lambda a: argmax(a, axis=1), x)),
+        (ArgReduce, example(lambda a: argmin(a, keepdims=True), x)),
+        (LogSumExp, example(lambda a: logsumexp(a, axis=0, keepdims=True), x)),
+        (Median, example(lambda a: median(a, axis=1), uniform((2, 4)))),
+        (Scan, example(lambda a: cumsum(a, axis=1, reverse=True, inclusive=False), x)),
+        (Scan, example(lambda a: cumprod(a, axis=1), p)),
+        (Scan, example(lambda a: cummax(a, axis=0), x)),
+        (Scan, example(lambda a: cummin(a, axis=1, reverse=True), x)),
+        (Scan, example(lambda a: logcumsumexp(a, axis=1), x)),
+    ]

@@ -12,6 +12,15 @@ so most of these ops copy nothing.
 No op here returns its input object itself: ``__setitem__`` rebinds the Python array it
 is called on, so an op that handed back its input would let ``b[0] = 1`` change ``a``.
 A no-op gives a fresh array sharing the data (:func:`_alias`).
+
+Every primitive has its ``vjp``, ``jvp`` and ``vmap`` rules beside its class. Most are
+linear in their array input, so the tangent goes through the same primitive and the
+cotangent through its adjoint (a reshape back, the inverse transpose, a sum over
+broadcast dimensions, a scatter-add for diagonals and strided views). Batched, a
+primitive keeps the batch axis where its parameters allow and moves it first
+otherwise; dynamic slices whose starts differ per example become gathers and
+scatters of the blocks' positions. ``view`` reinterprets bits: it has no gradient
+(except as its own dtype, where it is the identity).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.rules import (add_batch_axis, add_tangents, batch_first, batched_axes,
+                                   move_batch_axis, sum_to_shape)
 
 _int = int
 _index = operator.index
@@ -35,7 +46,29 @@ _py_slice = slice
 
 
 # -- primitives ----------------------------------------------------------------
-class Reshape(Primitive):
+# Transform rules sit beside each class. They build lazy graphs with ``lazyx.core`` ops
+# (or new nodes of these primitives), so what they return can be transformed again. In
+# ``vmap`` rules ``b`` is the batch axis of the batched input and ``n`` the batch size.
+def _apply(prim: Primitive, *inputs) -> array:
+    """A node of ``prim`` on ``inputs``: its shape rule gives the shape, and the first
+    input its dtype (rules reuse their own primitive where the parameters still hold)."""
+    return lazy(prim.output_shapes(inputs)[0], inputs[0]._dtype, prim, inputs)
+
+
+class _Reshaping(Primitive):
+    """A primitive that keeps the elements in row-major order and changes only the shape:
+    the cotangent is reshaped back, and the tangent goes through the same primitive."""
+
+    __slots__ = ()
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [mx.reshape(cotangents[0], primals[0]._shape, stream=self.stream)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+
+class Reshape(_Reshaping):
     """``a`` with the same elements in row-major order and a new ``shape``."""
 
     __slots__ = ("shape",)
@@ -47,8 +80,19 @@ class Reshape(Primitive):
     def output_shapes(self, inputs):
         return [self.shape]
 
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        s = x._shape
+        # Row-major order keeps the batch where it is when the dimensions before it
+        # are unchanged: the reshape then acts within each batch entry.
+        if s[:b] != self.shape[:b]:
+            x, b = batch_first(x, b, stream=self.stream), 0
+            s = x._shape
+        return [mx.reshape(x, self.shape[:b] + (s[b],) + self.shape[b:],
+                           stream=self.stream)], [b]
 
-class Flatten(Primitive):
+
+class Flatten(_Reshaping):
     """Axes ``start_axis..end_axis`` (non-negative, inclusive) merged into one."""
 
     __slots__ = ("start_axis", "end_axis")
@@ -61,8 +105,19 @@ class Flatten(Primitive):
     def output_shapes(self, inputs):
         return [_flattened(inputs[0].shape, self.start_axis, self.end_axis)]
 
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        s, e = self.start_axis, self.end_axis
+        if len(x._shape) == 1:  # a 0-d example flattens to (1,)
+            return [mx.expand_dims(x, 1, stream=self.stream)], [0]
+        if s < b <= e:
+            x, b = batch_first(x, b, stream=self.stream), 0
+        if b <= s:
+            return [_apply(Flatten(self.stream, s + 1, e + 1), x)], [b]
+        return [_apply(Flatten(self.stream, s, e), x)], [b - (e - s)]
 
-class Unflatten(Primitive):
+
+class Unflatten(_Reshaping):
     """Axis ``axis`` split into the dimensions ``shape`` (their product is its size)."""
 
     __slots__ = ("axis", "shape")
@@ -76,8 +131,15 @@ class Unflatten(Primitive):
         s = inputs[0].shape
         return [s[:self.axis] + self.shape + s[self.axis + 1:]]
 
+    def vmap(self, inputs, axes):
+        b, ax = axes[0], self.axis
+        if b <= ax:
+            return [_apply(Unflatten(self.stream, ax + 1, self.shape), inputs[0])], [b]
+        return [_apply(Unflatten(self.stream, ax, self.shape), inputs[0])], \
+            [b + len(self.shape) - 1]
 
-class Squeeze(Primitive):
+
+class Squeeze(_Reshaping):
     """``a`` without its size-1 axes ``axes`` (sorted, non-negative)."""
 
     __slots__ = ("axes",)
@@ -90,8 +152,13 @@ class Squeeze(Primitive):
         axes = self.axes
         return [tuple(d for i, d in enumerate(inputs[0].shape) if i not in axes)]
 
+    def vmap(self, inputs, axes):
+        b = axes[0]
+        out = _apply(Squeeze(self.stream, batched_axes(self.axes, b)), inputs[0])
+        return [out], [b - sum(1 for a in self.axes if a < b)]
 
-class ExpandDims(Primitive):
+
+class ExpandDims(_Reshaping):
     """``a`` with new size-1 axes at output positions ``axes`` (sorted, non-negative)."""
 
     __slots__ = ("axes",)
@@ -102,6 +169,16 @@ class ExpandDims(Primitive):
 
     def output_shapes(self, inputs):
         return [_expanded(inputs[0].shape, self.axes)]
+
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        # The batch goes where the example's axis b lands in the output (the end if
+        # b is past the example's axes); the new axes shift around it.
+        nd = len(x._shape) - 1 + len(self.axes)
+        kept = [i for i in range(nd) if i not in self.axes]
+        c = kept[b] if b < len(kept) else nd
+        new = tuple(a + (a >= c) for a in self.axes)
+        return [_apply(ExpandDims(self.stream, new), x)], [c]
 
 
 class Transpose(Primitive):
@@ -117,6 +194,20 @@ class Transpose(Primitive):
         s = inputs[0].shape
         return [tuple(s[i] for i in self.axes)]
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        inv = [0] * len(self.axes)
+        for i, a in enumerate(self.axes):
+            inv[a] = i
+        return [_apply(Transpose(self.stream, tuple(inv)), cotangents[0])]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        b = axes[0]
+        perm = batched_axes(self.axes, b)
+        return [_apply(Transpose(self.stream, perm[:b] + (b,) + perm[b:]), inputs[0])], [b]
+
 
 class BroadcastTo(Primitive):
     """``a`` broadcast to ``shape`` (NumPy's rules)."""
@@ -129,6 +220,19 @@ class BroadcastTo(Primitive):
 
     def output_shapes(self, inputs):
         return [self.shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [sum_to_shape(cotangents[0], primals[0]._shape, self.stream)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        # Broadcasting aligns trailing axes: the batch keeps its distance from the end.
+        c = b + len(self.shape) - (len(x._shape) - 1)
+        shape = self.shape[:c] + (x._shape[b],) + self.shape[c:]
+        return [_apply(BroadcastTo(self.stream, shape), x)], [c]
 
 
 class Concatenate(Primitive):
@@ -144,6 +248,30 @@ class Concatenate(Primitive):
         ax = self.axis
         s = inputs[0].shape
         return [s[:ax] + (sum(x.shape[ax] for x in inputs),) + s[ax + 1:]]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        ax = self.axis
+        cuts = []
+        n = 0
+        for x in primals[:-1]:
+            n += x._shape[ax]
+            cuts.append(n)
+        pieces = mx.split(cotangents[0], cuts, ax, stream=self.stream)
+        return [pieces[i] for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        ts = [mx.zeros_like(x) for x in primals]
+        for i, t in zip(argnums, tangents):
+            ts[i] = t
+        return [_apply(self, *ts)]
+
+    def vmap(self, inputs, axes):
+        b = next(a for a in axes if a is not None)
+        n = next(x._shape[a] for x, a in zip(inputs, axes) if a is not None)
+        xs = [add_batch_axis(x, b, n, self.stream) if a is None else
+              move_batch_axis(x, a, b, self.stream) for x, a in zip(inputs, axes)]
+        ax = self.axis + (self.axis >= b)
+        return [_apply(Concatenate(self.stream, ax), *xs)], [b]
 
 
 class Split(Primitive):
@@ -161,6 +289,36 @@ class Split(Primitive):
         s = inputs[0].shape
         ax = self.axis
         return [s[:ax] + (n,) + s[ax + 1:] for n in _piece_sizes(self.indices, s[ax])]
+
+    def _apply(self, x) -> list:
+        return lazy_multi(self.output_shapes((x,)), [x._dtype] * (len(self.indices) + 1),
+                          self, (x,))
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        ind, ax = self.indices, self.axis
+        if all(i <= j for i, j in zip(ind, ind[1:])):
+            return [mx.concatenate(cotangents, ax, stream=self.stream)]
+        # Decreasing indices make pieces that overlap (as Python slices do): each
+        # cotangent is padded back to its place and they add up.
+        a = primals[0]
+        n = a._shape[ax]
+        bounds = (0,) + ind + (n,)
+        out = None
+        for k, c in enumerate(cotangents):
+            m = c._shape[ax]
+            if m:
+                widths = [(0, 0)] * len(a._shape)
+                widths[ax] = (bounds[k], n - bounds[k] - m)
+                out = add_tangents(out, mx.pad(c, widths, stream=self.stream), self.stream)
+        return [mx.zeros_like(a) if out is None else out]
+
+    def jvp(self, primals, tangents, argnums):
+        return self._apply(tangents[0])
+
+    def vmap(self, inputs, axes):
+        b = axes[0]
+        outs = Split(self.stream, self.indices, self.axis + (self.axis >= b))._apply(inputs[0])
+        return outs, [b] * len(outs)
 
 
 class Pad(Primitive):
@@ -181,6 +339,47 @@ class Pad(Primitive):
             s[ax] += lo + hi
         return [tuple(s)]
 
+    def _inner(self, g, shape: tuple) -> array:
+        """The part of padded ``g`` that holds the input of ``shape``."""
+        key = [_py_slice(None)] * len(shape)
+        for ax, lo in zip(self.axes, self.low_pad_size):
+            key[ax] = _py_slice(lo, lo + shape[ax])
+        return _index_on(g, tuple(key), self.stream)
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g = cotangents[0]
+        inner = self._inner(g, primals[0]._shape)
+        out = []
+        for i in argnums:
+            if i == 0:
+                out.append(inner)
+            else:  # the padding value: everything outside the input
+                out.append(mx.subtract(mx.sum(g, stream=self.stream),
+                                       mx.sum(inner, stream=self.stream), stream=self.stream))
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        ts = [mx.zeros_like(primals[0]), mx.zeros_like(primals[1])]
+        for i, t in zip(argnums, tangents):
+            ts[i] = t
+        return [_apply(self, *ts)]
+
+    def vmap(self, inputs, axes):
+        (x, v), (b, bv) = inputs, axes
+        s = self.stream
+        if b is None:
+            x, b = add_batch_axis(x, 0, v._shape[0], s), 0
+        pad = Pad(s, batched_axes(self.axes, b), self.low_pad_size, self.high_pad_size)
+        if bv is None:
+            return [_apply(pad, x, v)], [b]
+        # A padding value per example: pad with zeros, then fill outside a mask.
+        out = _apply(pad, x, mx.zeros((), x._dtype))
+        per = x._shape[:b] + x._shape[b + 1:]
+        mask = _apply(Pad(s, self.axes, self.low_pad_size, self.high_pad_size),
+                      mx.ones(per, dt.bool_), mx.zeros((), dt.bool_))
+        vb = mx.reshape(v, (1,) * b + v._shape + (1,) * (len(per) - b), stream=s)
+        return [mx.where(mx.expand_dims(mask, b, stream=s), out, vb, stream=s)], [b]
+
 
 class DynamicSlice(Primitive):
     """A block of size ``slice_size`` of ``a``; its start along ``axes`` is the second
@@ -196,6 +395,58 @@ class DynamicSlice(Primitive):
     def output_shapes(self, inputs):
         return [self.slice_size]
 
+    # The start indices are integers: they get no cotangent.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, start = primals
+        out = []
+        for i in argnums:
+            out.append(None if i else _apply(DynamicSliceUpdate(self.stream, self.axes),
+                                             mx.zeros_like(a), cotangents[0], start))
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        if argnums[0] != 0:
+            return [None]
+        return [_apply(self, tangents[0], primals[1])]
+
+    def vmap(self, inputs, axes):
+        (a, start), (b, bs) = inputs, axes
+        s = self.stream
+        if bs is None:
+            size = self.slice_size[:b] + (a._shape[b],) + self.slice_size[b:]
+            return [_apply(DynamicSlice(s, batched_axes(self.axes, b), size), a, start)], [b]
+        # Starts that differ per example: a gather along each sliced axis.
+        n = start._shape[bs]
+        starts = mx.reshape(batch_first(start, bs, stream=s), (n, len(self.axes)), stream=s)
+        per = a._shape if b is None else a._shape[:b] + a._shape[b + 1:]
+        x = mx.expand_dims(a, 0, stream=s) if b is None else batch_first(a, b, stream=s)
+        size = self.slice_size
+        if any(size[d] != per[d] for d in range(len(per)) if d not in self.axes):
+            x = _index_on(x, (_py_slice(None),) + tuple(
+                _py_slice(None) if d in self.axes else _py_slice(0, size[d])
+                for d in range(len(per))), s)
+        for k, ax in enumerate(self.axes):
+            idx = _block_positions(starts, k, per[ax], size[ax], s)
+            idx = mx.reshape(idx, (n,) + (1,) * ax + (size[ax],) + (1,) * (len(per) - ax - 1),
+                             stream=s)
+            x = mx.take_along_axis(x, idx, axis=ax + 1, stream=s)
+        return [x], [0]
+
+
+def _block_positions(starts: array, k: int, n: int, size: int, stream) -> array:
+    """``(batch, size)`` positions of blocks of ``size`` that start at ``starts[:, k]``
+    in an axis of size ``n``. A start outside the axis becomes position ``n`` (past its
+    end), so the gather or scatter that uses it fails instead of wrapping around."""
+    st = _index_on(starts, (_py_slice(None), k), stream)
+    if st._dtype.kind == "u" or st._dtype.size < 4:
+        st = mx.astype(st, dt.int64 if st._dtype is dt.uint64 else dt.int32, stream=stream)
+    st = mx.where(mx.less(st, 0, stream=stream), mx.add(st, n, stream=stream), st, stream=stream)
+    st = mx.where(mx.less(st, 0, stream=stream), n, st, stream=stream)
+    pos = mx.add(mx.expand_dims(st, 1, stream=stream),
+                 mx.arange(size, dtype=st._dtype, stream=stream), stream=stream)
+    return mx.where(mx.greater(mx.expand_dims(mx.add(st, size, stream=stream), 1, stream=stream),
+                               n, stream=stream), n, pos, stream=stream)
+
 
 class DynamicSliceUpdate(Primitive):
     """``a`` with a block replaced by the update (second input); the block starts at the
@@ -210,6 +461,63 @@ class DynamicSliceUpdate(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, u, start = primals
+        g = cotangents[0]
+        out = []
+        for i in argnums:
+            if i == 0:
+                out.append(_apply(self, g, mx.zeros_like(u), start))
+            elif i == 1:
+                block = _update_block(a._shape, u._shape, self.axes)
+                gu = _apply(DynamicSlice(self.stream, self.axes, block), g, start)
+                out.append(sum_to_shape(gu, u._shape, self.stream))
+            else:
+                out.append(None)
+        return out
+
+    def jvp(self, primals, tangents, argnums):
+        a, u, start = primals
+        ts = {i: t for i, t in zip(argnums, tangents) if i < 2}
+        if not ts:
+            return [None]
+        return [_apply(self, ts.get(0, mx.zeros_like(a)), ts.get(1, mx.zeros_like(u)), start)]
+
+    def vmap(self, inputs, axes):
+        (a, u, start), (b, bu, bs) = inputs, axes
+        s = self.stream
+        n = next(x._shape[k] for x, k in zip(inputs, axes) if k is not None)
+        if b is None:
+            a, b = add_batch_axis(a, 0, n, s), 0
+        per = a._shape[:b] + a._shape[b + 1:]
+        uper = u._shape if bu is None else u._shape[:bu] + u._shape[bu + 1:]
+        block = _update_block(per, uper, self.axes)
+        # The update, repeated over the block's leading axes, with its batch at 0.
+        if bu is None:
+            u = add_batch_axis(mx.broadcast_to(u, block, stream=s), 0, n, s)
+        else:
+            u = mx.broadcast_to(batch_first(u, bu, len(block), s), (n,) + block, stream=s)
+        if bs is None:
+            u = move_batch_axis(u, 0, b, s)
+            return [_apply(DynamicSliceUpdate(s, batched_axes(self.axes, b)), a, u, start)], [b]
+        # Starts that differ per example: a scatter at the blocks' positions.
+        a = batch_first(a, b, stream=s)
+        starts = mx.reshape(batch_first(start, bs, stream=s), (n, len(self.axes)), stream=s)
+        nd = len(per)
+        key = [mx.reshape(mx.arange(n, dtype=dt.int32, stream=s), (n,) + (1,) * nd, stream=s)]
+        for d in range(nd):
+            m = block[d]
+            if d in self.axes:
+                idx = _block_positions(starts, self.axes.index(d), per[d], m, s)
+                key.append(mx.reshape(idx, (n,) + (1,) * d + (m,) + (1,) * (nd - d - 1),
+                                      stream=s))
+            else:
+                key.append(mx.reshape(mx.arange(m, dtype=dt.int32, stream=s),
+                                      (1,) * (d + 1) + (m,) + (1,) * (nd - d - 1), stream=s))
+        out = _alias(a, s)
+        out[tuple(key)] = u
+        return [out], [0]
 
 
 class AsStrided(Primitive):
@@ -227,6 +535,33 @@ class AsStrided(Primitive):
     def output_shapes(self, inputs):
         return [self.shape]
 
+    def positions(self) -> np.ndarray:
+        """The row-major position in ``a`` of each element of the view."""
+        nd = len(self.shape)
+        pos = np.full(self.shape, self.offset, dtype=np.int64)
+        for ax, (d, st) in enumerate(zip(self.shape, self.strides)):
+            pos += (np.arange(d, dtype=np.int64) * st).reshape((d,) + (1,) * (nd - ax - 1))
+        return pos
+
+    # Elements the view reaches more than once collect every cotangent: a scatter-add
+    # into the flattened input.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a = primals[0]
+        flat = mx.zeros((a.size,), a._dtype, stream=self.stream)
+        flat = flat.at[from_buffer(self.positions(), dt.int64)].add(cotangents[0])
+        return [mx.reshape(flat, a._shape, stream=self.stream)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        # With the batch first, example k is the k-th block of the row-major elements.
+        x = batch_first(inputs[0], axes[0], stream=self.stream)
+        s = x._shape
+        prim = AsStrided(self.stream, s[:1] + self.shape, (_prod(s[1:]),) + self.strides,
+                         self.offset)
+        return [_apply(prim, x)], [0]
+
 
 class View(Primitive):
     """``a``'s bytes (row-major) read as ``dtype``; the last axis scales by the size ratio."""
@@ -241,6 +576,20 @@ class View(Primitive):
         x = inputs[0]
         return [_view_shape(x.shape, x.dtype, self.dtype)]
 
+    # Reinterpreting bits has no derivative; a view as the same dtype is the identity.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [cotangents[0] if primals[0]._dtype is self.dtype else None]
+
+    def jvp(self, primals, tangents, argnums):
+        return [tangents[0] if primals[0]._dtype is self.dtype else None]
+
+    def vmap(self, inputs, axes):
+        x, b = inputs[0], axes[0]
+        # The last axis grows or shrinks: the batch must not be it.
+        if b == len(x._shape) - 1 and x._dtype.size != self.dtype.size:
+            x, b = batch_first(x, b, stream=self.stream), 0
+        return [lazy(_view_shape(x._shape, x._dtype, self.dtype), self.dtype, self, (x,))], [b]
+
 
 class Contiguous(Primitive):
     """``a`` in row-major memory order (or column-major, if allowed and already so)."""
@@ -253,6 +602,15 @@ class Contiguous(Primitive):
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [cotangents[0]]
+
+    def jvp(self, primals, tangents, argnums):
+        return [tangents[0]]
+
+    def vmap(self, inputs, axes):
+        return [_apply(self, inputs[0])], [axes[0]]
 
 
 class Diagonal(Primitive):
@@ -269,6 +627,32 @@ class Diagonal(Primitive):
     def output_shapes(self, inputs):
         return [_diagonal_shape(inputs[0].shape, self.offset, self.axis1, self.axis2)]
 
+    # The cotangent goes back onto the diagonal: a scatter at its (row, column) pairs.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        a, g = primals[0], cotangents[0]
+        ax1, ax2 = self.axis1, self.axis2
+        key = [_py_slice(None)] * len(a._shape)
+        key[ax1], key[ax2] = _diagonal_positions(g._shape[-1], self.offset)
+        # NumPy puts the dimension of two adjacent index arrays where they stand, else first.
+        where = min(ax1, ax2) if abs(ax1 - ax2) == 1 else 0
+        g = move_batch_axis(g, len(g._shape) - 1, where, self.stream)
+        return [mx.zeros_like(a).at[tuple(key)].add(g)]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        b = axes[0]
+        ax1, ax2 = batched_axes((self.axis1, self.axis2), b)
+        out = _apply(Diagonal(self.stream, self.offset, ax1, ax2), inputs[0])
+        return [out], [b - (ax1 < b) - (ax2 < b)]
+
+
+def _diagonal_positions(n: int, k: int) -> tuple:
+    """Row and column positions (evaluated int32 arrays) of the ``n`` elements of diagonal ``k``."""
+    r = np.arange(max(0, -k), max(0, -k) + n, dtype=np.int32)
+    return from_buffer(r, dt.int32), from_buffer(r + np.int32(k), dt.int32)
+
 
 class Diag(Primitive):
     """A square matrix with 1-D ``a`` on its diagonal ``k`` and zeros elsewhere."""
@@ -282,6 +666,20 @@ class Diag(Primitive):
     def output_shapes(self, inputs):
         n = inputs[0].shape[0] + abs(self.k)
         return [(n, n)]
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        return [_apply(Diagonal(self.stream, self.k, 0, 1), cotangents[0])]
+
+    def jvp(self, primals, tangents, argnums):
+        return [_apply(self, tangents[0])]
+
+    def vmap(self, inputs, axes):
+        x = batch_first(inputs[0], axes[0], stream=self.stream)
+        nb, n = x._shape
+        m = n + abs(self.k)
+        rows, cols = _diagonal_positions(n, self.k)
+        out = mx.zeros((nb, m, m), x._dtype, stream=self.stream)
+        return [out.at[_py_slice(None), rows, cols].add(x)], [0]
 
 
 # -- shape helpers --------------------------------------------------------------
@@ -1444,3 +1842,39 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+# -- examples for the registry-wide transform test -------------------------------------
+@hookimpl
+def lazyx_examples():
+    from lazyx.transforms.examples import example, integers, uniform
+
+    x23 = uniform((2, 3))
+    i32 = dt.int32
+    return [
+        (Reshape, example(lambda a: reshape(a, (3, 2)), x23)),
+        (Flatten, example(lambda a: flatten(a, 1, 2), uniform((2, 3, 2)))),
+        (Unflatten, example(lambda a: unflatten(a, 1, (2, 2)), uniform((3, 4)))),
+        (Squeeze, example(lambda a: squeeze(a, (0, 2)), uniform((1, 3, 1, 2)))),
+        (ExpandDims, example(lambda a: expand_dims(a, (0, 2)), x23)),
+        (Transpose, example(lambda a: transpose(a, (1, 2, 0)), uniform((2, 3, 2)))),
+        (BroadcastTo, example(lambda a: broadcast_to(a, (2, 3, 2)), uniform((3, 1)))),
+        (Concatenate, example(lambda a, b: concatenate([a, b], 1), x23, uniform((2, 1)))),
+        (Split, example(lambda a: split(a, [1, 3], 1), uniform((2, 4)))),
+        (Split, example(lambda a: split(a, [3, 1], 0), uniform((4, 2)))),  # overlapping pieces
+        (Pad, example(lambda a, v: pad(a, ((1, 0), (0, 2)), constant_values=v), x23,
+                      uniform(()))),
+        (DynamicSlice, example(lambda a, s: slice(a, s, (0, 1), (2, 2)), uniform((4, 3)),
+                               np.array([1, 0], np.int32), batch_ints=False)),
+        (DynamicSlice, example(lambda a, s: slice(a, s, (1,), (2, 2)), uniform((2, 4)),
+                               integers((1,), 0, 3))),
+        (DynamicSliceUpdate, example(lambda a, u, s: slice_update(a, u, s, (1, 0)),
+                                     uniform((4, 3)), uniform((2,)),
+                                     np.array([1, 2], np.int32), batch_ints=False)),
+        (AsStrided, example(lambda a: as_strided(a, (2, 2), (1, 1), 1), x23)),
+        (View, example(lambda a: view(a, dt.float64), x23)),
+        (View, example(lambda a: view(a, i32), x23)),
+        (Contiguous, example(lambda a: contiguous(transpose(a)), x23)),
+        (Diagonal, example(lambda a: diagonal(a, -1, 2, 0), uniform((3, 2, 4)))),
+        (Diag, example(lambda a: diag(a, 1), uniform((3,)))),
+    ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 import lazyx.core as mx
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, normalize_axis
@@ -17,6 +19,8 @@ from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
+from lazyx.transforms.examples import example, uniform
+from lazyx.transforms.rules import NoGradient, batch_first, batched_axes
 
 _uint32 = dt.uint32
 
@@ -36,7 +40,7 @@ class _AlongAxis(Primitive):
     # Batching shifts the working axis past the batch axis; ``_forward`` is the op.
     def vmap(self, inputs, axes):
         ax = axes[0]
-        return [self._forward(inputs[0], self.axis + (self.axis >= ax), self.stream)], [ax]
+        return [self._forward(inputs[0], batched_axes((self.axis,), ax)[0], self.stream)], [ax]
 
 
 class _Permuting(_AlongAxis):
@@ -71,16 +75,10 @@ def _ranks(a, axis: int, s):
     return mx.argsort(mx.argsort(a, axis=axis, stream=s), axis=axis, stream=s)
 
 
-class _IndexOutput(_AlongAxis):
+class _IndexOutput(NoGradient, _AlongAxis):
     """Index outputs: no gradient; batching moves the axis."""
 
     __slots__ = ()
-
-    def vjp(self, primals, cotangents, argnums, outputs):
-        return [None]
-
-    def jvp(self, primals, tangents, argnums):
-        return [None]
 
 
 class Sort(_Permuting):
@@ -162,7 +160,7 @@ class TopK(_Permuting):
         return mx.topk(x, self.k, axis=axis, stream=s)
 
 
-class SearchSorted(Primitive):
+class SearchSorted(NoGradient, Primitive):
     """For each of ``values`` (input 1), its insertion index into the ascending 1-D
     ``sorted_sequence`` (input 0), as uint32: the count of elements ``<`` it
     (``side="left"``) or ``<=`` it (``side="right"``). Both inputs share one dtype."""
@@ -176,12 +174,6 @@ class SearchSorted(Primitive):
     def output_shapes(self, inputs):
         return [inputs[1].shape]
 
-    def vjp(self, primals, cotangents, argnums, outputs):
-        return [None for _ in argnums]
-
-    def jvp(self, primals, tangents, argnums):
-        return [None]
-
     def vmap(self, inputs, axes):
         seq, vals = inputs
         sx, vx = axes
@@ -190,13 +182,12 @@ class SearchSorted(Primitive):
             return [mx.searchsorted(seq, vals, side=self.side, stream=s)], [vx]
         # One sequence per example: count, for each value, the elements before it
         # (in the order that puts NaNs last).
-        if sx != 0:
-            seq = mx.moveaxis(seq, sx, 0, stream=s)
+        seq = batch_first(seq, sx, stream=s)
         b, n = seq._shape
         if vx is None:
             vals = mx.expand_dims(vals, 0, stream=s)
-        elif vx != 0:
-            vals = mx.moveaxis(vals, vx, 0, stream=s)
+        else:
+            vals = batch_first(vals, vx, stream=s)
         v = mx.expand_dims(vals, -1, stream=s)
         q = mx.reshape(seq, (b,) + (1,) * (len(v._shape) - 2) + (n,), stream=s)
         if self.side == "left":
@@ -388,3 +379,17 @@ def lazyx_primitives():
 @hookimpl
 def lazyx_ops():
     return OPS
+
+
+@hookimpl
+def lazyx_examples():
+    x = uniform((2, 4))
+    return [
+        (Sort, example(lambda a: sort(a, axis=0), x)),
+        (ArgSort, example(lambda a: argsort(a, axis=1), x)),
+        (Partition, example(lambda a: partition(a, 1, axis=1), x)),
+        (ArgPartition, example(lambda a: argpartition(a, 1, axis=0), x)),
+        (TopK, example(lambda a: topk(a, 2, axis=1), x)),
+        (SearchSorted, example(lambda q, v: searchsorted(q, v, side="right"),
+                               np.sort(uniform((5,))), uniform((2, 3)))),
+    ]

@@ -62,3 +62,40 @@ def lazyx_kernels():
     kernel table, which wins over the primitive's ``eval_cpu``/``eval_gpu``.
     Two plugins overriding the same (backend, primitive) is an error naming both.
     """
+
+
+@hookspec
+def lazyx_examples():
+    """Return example uses of primitives, for the registry-wide transform test.
+
+    A list of ``(primitive_class, make)`` pairs. ``make()`` returns ``(fn,
+    args)``: ``args`` is a list of arrays (lazyx or NumPy; floating ones in
+    float64, integer ones such as indices or random keys as they must be) and
+    ``fn(*args)`` builds a graph that contains a node of ``primitive_class``,
+    returning an array or a list of arrays. ``fn`` must be differentiable in
+    its floating arguments at ``args``: pick inputs away from kinks and domain
+    edges (``abs`` at 0, ``log`` at 0, ties of ``max``). ``make`` may return a
+    third element, a dict of options:
+
+    * ``"batch_ints": False``: batch integer arguments by repeating them rather
+      than by reversing them (reversed index arrays must stay valid, e.g. not
+      for start indices of different axes).
+
+    Give one or more examples per primitive and keep shapes small (a few
+    elements): ``tests/transforms/test_every_primitive.py`` runs each one and
+    checks ``vjp`` against central finite differences in float64, ``jvp``
+    against ``vjp``, and ``vmap`` (batches of the arguments on different axes)
+    against a Python loop. For a primitive with ``differentiable = False``
+    (comparisons, integer results, random draws) it checks instead that the
+    cotangents and tangents are zero, and ``vmap``. A registered primitive
+    with no example, or without ``vjp``, ``jvp`` or ``vmap``, fails that test
+    with its name and its plugin's distribution. Examples are collected only
+    by tests (:func:`lazyx.registry.examples`), never when plugins load.
+
+    Example::
+
+        @hookimpl
+        def lazyx_examples():
+            x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+            return [(Cube, lambda: (cube, [x]))]
+    """

@@ -10,13 +10,64 @@ and that the scheduler later runs. Subclasses declare their parameters in
 * ``output_shapes(inputs)``: the output shapes from the input arrays, without
   running anything (needed by shapeless compile).
 * ``vjp(primals, cotangents, argnums, outputs)``, ``jvp(primals, tangents,
-  argnums)``, ``vmap(inputs, axes)``: the transform rules.
+  argnums)``, ``vmap(inputs, axes)``: the transform rules (below).
 * ``to_expression(args)`` (element-wise primitives): how to write the operation
   in the codegen IR, which is what lets ``compile`` fuse it.
 
 Parameters listed in ``__slots__`` (other than ``stream``) are the primitive's
 identity: ``params()`` returns them, ``is_equivalent`` compares them, and the
 graph printers show them.
+
+Transform rules
+---------------
+The walkers of :mod:`lazyx.transforms` call a node's rules with its input
+arrays (``primals``) and build the result from what the rules return. Rules
+are written with ``lazyx.core`` ops, so their results are lazy graphs that can
+be transformed again; :mod:`lazyx.transforms.rules` holds the shared moves
+(``sum_to_shape``, ``batch_first`` ...).
+
+* ``vjp(primals, cotangents, argnums, outputs) -> list``. ``cotangents`` holds
+  one array per output (an output that received none gets zeros when a
+  sibling did), ``outputs`` the node's outputs, ``argnums`` the indices of the
+  inputs that need a cotangent (those that depend on a differentiated
+  argument; always ``[0]`` for a one-input node). Return one entry per index
+  in ``argnums``.
+* ``jvp(primals, tangents, argnums) -> list``. ``tangents`` are aligned with
+  ``argnums`` (the inputs that carry one); return one entry per output.
+* ``vmap(inputs, axes) -> (outputs, out_axes)``. ``inputs`` are the node's
+  inputs with the batched ones in place, ``axes[i]`` the non-negative batch
+  axis of ``inputs[i]`` or None for an unbatched one (at least one is
+  batched). Return one array per output and its batch axis (None: the output
+  is the same for every example).
+
+**None means zero.** A ``vjp`` or ``jvp`` entry of None is a zero cotangent or
+tangent ("no gradient"): the walker skips it instead of adding zeros, and gives
+``zeros_like`` only where a user asked for the result.
+
+**Integer outputs.** An integer or boolean output computed from a floating
+input carries no gradient: when every output of a node is integer or bool
+and one of the inputs in ``argnums`` is floating, the walkers give zero
+cotangents and tangents without calling the rule (``argmax``, comparisons).
+Integer computations on integer inputs are differentiated like any other (the
+rule is called), as in MLX.
+
+**What the walkers check.** ``vjp`` must return exactly ``len(argnums)``
+entries and ``jvp`` one per output, each None or an array of that input's
+(``vjp``) or output's (``jvp``) shape, else a :class:`TransformError` names the
+primitive and the rule; a result of the right shape but another dtype is
+cast to the input's or output's dtype. ``vmap`` must return one output and
+one axis per node output, each output of the per-example shape with the batch
+inserted at its axis and of the node's dtype, else a :class:`TransformError`.
+A primitive without a rule raises :class:`TransformError` naming it when a
+transform reaches it.
+
+Two class attributes describe a primitive to the registry-wide transform test
+(``tests/transforms/test_every_primitive.py``; examples come from the
+``lazyx_examples`` hook): ``differentiable = False`` says it carries no
+gradient (the test checks only that its cotangents are zero, and ``vmap``), and
+``transient = True`` says it exists only while a transform traces (``vmap``'s
+``Placeholder``): it needs no rules, and its examples must not leave it in
+the graph.
 """
 
 from __future__ import annotations
@@ -35,6 +86,10 @@ class Primitive:
     name: str = "Primitive"
     #: Names of the parameter slots, gathered from the class hierarchy.
     _param_names: tuple[str, ...] = ()
+    #: False for a primitive that carries no gradient (its vjp and jvp give zeros).
+    differentiable: bool = True
+    #: True for a primitive that exists only while a transform traces (no rules).
+    transient: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -21,7 +21,7 @@ from . import hookspecs
 from .errors import PluginError
 
 __all__ = ["PluginInfo", "plugin_manager", "plugins", "primitives", "ops",
-           "load_plugins", "provider_of", "register_plugin"]
+           "load_plugins", "provider_of", "register_plugin", "examples"]
 
 ENTRY_POINT_GROUP = "lazyx"
 CORE_DISTRIBUTION = "lazyx"
@@ -224,6 +224,18 @@ def conflict_error(name: str, where: str = "lazyx.core"):
         hint = " (plugins that failed to load: " + ", ".join(
             f"{p.name} from {p.distribution}: {type(p.error).__name__}: {p.error}" for p in failed) + ")"
     raise AttributeError(f"module {where!r} has no attribute {name.rsplit('.', 1)[-1]!r}{hint}")
+
+
+def examples() -> dict:
+    """The examples of every loaded plugin's ``lazyx_examples`` hook, by primitive class:
+    ``{cls: [(make, PluginInfo of the plugin that gave it), ...]}``."""
+    out: dict = {}
+    for info in plugins.values():
+        if info.error is not None or info.module is None:
+            continue
+        for cls, make in _call("lazyx_examples", info.module) or ():
+            out.setdefault(cls, []).append((make, info))
+    return out
 
 
 def provider_of(prim) -> str:

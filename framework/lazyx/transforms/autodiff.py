@@ -54,6 +54,7 @@ _array = array
 _retain = _scheduler.retain_graph
 _seq = itertools.count(1)
 _NO_GRAD_KINDS = "biu"
+_FIRST = (0,)  # the argnums of a one-input node (a tuple: rules must not change it)
 
 
 class TraceInput(Primitive):
@@ -104,14 +105,48 @@ def wrap_primals(primals) -> tuple[list, int]:
     return out, seq
 
 
+def rebound(handles: list, nodes: list) -> list:
+    """The arrays that hold the primitives ``nodes`` of the arrays ``handles`` now.
+
+    ``x[idx] = v`` rebinds the Python object ``x`` to the update and moves its
+    previous node to a new object in the update's graph: when ``x`` is a
+    transform's handle on an argument, the walk must start from that object.
+    """
+    out = handles
+    for k, (h, p) in enumerate(zip(handles, nodes)):
+        if h._prim is not p:
+            if out is handles:
+                out = list(handles)
+            out[k] = _holder(h, p)
+    return out
+
+
+def _holder(root, prim):
+    """The array of ``root``'s graph whose node is ``prim`` (``root`` if none is)."""
+    stack = [root]
+    seen = {id(root)}
+    while stack:
+        a = stack.pop()
+        if a._prim is prim:
+            return a
+        for x in a._inputs or ():
+            if id(x) not in seen:
+                seen.add(id(x))
+                stack.append(x)
+    return root
+
+
 # -- the walk ----------------------------------------------------------------------
-def graph_order(outputs, stop: int) -> list:
+def graph_order(outputs, stop: int, active: set | None = None):
     """The nodes between ``outputs`` and the wrappers numbered ``<= stop``, inputs first.
 
     One array stands for each node (multi-output nodes appear once). Evaluated
     nodes whose graph was retained are walked through; leaves end the walk.
+    With ``active`` (ids of arrays, which grows), also returns the nodes of the
+    order that depend on them: ``(order, live)``.
     """
     order = []
+    live = []
     seen = set()
     add = seen.add
     for r in outputs:
@@ -140,7 +175,18 @@ def graph_order(outputs, stop: int) -> list:
                     for s in sib:
                         add(id(s))
                 order.append(a)
-    return order
+                if active is not None:
+                    # Inputs come first in the order, so theirs are already known.
+                    for x in ins:
+                        if id(x) in active:
+                            live.append(a)
+                            if sib is None:
+                                active.add(id(a))
+                            else:
+                                for s in sib:
+                                    active.add(id(s))
+                            break
+    return order if active is None else (order, live)
 
 
 def _no_gradient(outs, ins, argnums) -> bool:
@@ -167,35 +213,14 @@ def _checked(prim, rule: str, g, like: array, what: str, i: int) -> array:
     return g
 
 
-def _mark_active(order: list, active: set) -> list:
-    """Which nodes of ``order`` depend on the arrays in ``active`` (which grows)."""
-    flags = []
-    for a in order:
-        on = False
-        for x in a._inputs:
-            if id(x) in active:
-                on = True
-                break
-        flags.append(on)
-        if on:
-            sib = a._siblings
-            if sib is None:
-                active.add(id(a))
-            else:
-                for s in sib:
-                    active.add(id(s))
-    return flags
-
-
 def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
     """Reverse mode over the recorded graph.
 
     Returns the cotangent of each wrapper (None where nothing flowed) and the
     node order (for :func:`release`).
     """
-    order = graph_order(outputs, stop)
     active = {id(w) for w in wrappers}
-    flags = _mark_active(order, active)
+    order, live = graph_order(outputs, stop, active)
     cot: dict = {}
     for o, c in zip(outputs, cotangents):
         k = id(o)
@@ -203,10 +228,9 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             prev = cot.get(k)
             cot[k] = c if prev is None else mx.add(prev, c)
     pop = cot.pop
-    for k in range(len(order) - 1, -1, -1):
-        if not flags[k]:
-            continue
-        a = order[k]
+    get = cot.get
+    add = mx.add
+    for a in reversed(live):
         sib = a._siblings
         if sib is None:
             c = pop(id(a), None)
@@ -224,7 +248,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             skip = True
         ins = a._inputs
         if len(ins) == 1:
-            argnums = [0]
+            argnums = _FIRST
         else:
             argnums = [i for i, x in enumerate(ins) if id(x) in active]
         if skip and _no_gradient(outs, ins, argnums):
@@ -233,7 +257,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
         res = prim.vjp(list(ins), cots, argnums, outs)
         if len(res) != len(argnums):
             raise TransformError(f"[{prim.name}.vjp] returned {len(res)} cotangents for "
-                                 f"argnums {argnums}; expected one per argnum.")
+                                 f"argnums {list(argnums)}; expected one per argnum.")
         for i, g in zip(argnums, res):
             if g is None:
                 continue
@@ -241,9 +265,9 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             if type(g) is not _array or g._dtype is not x._dtype or g._shape != x._shape:
                 g = _checked(prim, "vjp", g, x, "input", i)
             kx = id(x)
-            prev = cot.get(kx)
-            cot[kx] = g if prev is None else mx.add(prev, g)
-    return [cot.get(id(w)) for w in wrappers], order
+            prev = get(kx)
+            cot[kx] = g if prev is None else add(prev, g)
+    return [get(id(w)) for w in wrappers], order
 
 
 def forward(outputs: list, wrappers: list, tangents: list, stop: int):
@@ -348,8 +372,10 @@ def vjp(fun, primals, cotangents):
     primals = _array_list(primals, "vjp", "primals")
     cotangents = _array_list(cotangents, "vjp", "cotangents")
     wrappers, stop = wrap_primals(primals)
+    handles = [w._prim for w in wrappers]
     with _retain:
         outs = _outputs(fun(*wrappers), "vjp")
+        wrappers = rebound(wrappers, handles)
         if len(cotangents) != len(outs):
             raise ArgumentError(f"[vjp] The function returned {len(outs)} output(s) but "
                                 f"{len(cotangents)} cotangent(s) were given.")
@@ -393,8 +419,10 @@ def jvp(fun, primals, tangents):
                              f"{t._shape}.")
         tans.append(t if t._dtype is p._dtype else mx.astype(t, p._dtype))
     wrappers, stop = wrap_primals(primals)
+    handles = [w._prim for w in wrappers]
     with _retain:
         outs = _outputs(fun(*wrappers), "jvp")
+        wrappers = rebound(wrappers, handles)
         res, order = forward(outs, wrappers, tans, stop)
         res = [mx.zeros_like(o) if t is None else t for o, t in zip(outs, res)]
     if _retain.depth == 0:
@@ -512,8 +540,10 @@ def _make_grad(fun, argnums, argnames, op: str, with_value: bool):
                 n0 = k
                 k += count_leaves(d)
                 kwargs[n] = unflatten(d, wrappers[n0:k])
+        handles = [w._prim for w in wrappers]
         with _retain:
             out = fun(*args, **kwargs)
+            wrappers = rebound(wrappers, handles)
             loss = _loss(out, op, with_value)
             seed = constant(1, loss._dtype)
             grads, order = backward([loss], [seed], wrappers, stop)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import functools
 import itertools
 
-import lazyx.core as mx
-
 from ..array import array, lazy
 from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
 from ..primitive import Primitive
+from .rules import add_batch_axis, move_batch_axis
+from .autodiff import rebound
 from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
 
 __all__ = ["vmap", "Placeholder"]
@@ -40,6 +40,8 @@ class Placeholder(Primitive):
 
     # ``seq`` keeps two placeholders of one shape distinct (they stand for different data).
     __slots__ = ("shape", "seq")
+    # The replay replaces every placeholder, so no transform ever walks one.
+    transient = True
 
     def __init__(self, stream, shape: tuple, seq: int):
         self.stream = stream
@@ -137,7 +139,7 @@ def _replay(outputs, mapped: dict, size: int) -> None:
                                  f"{len(res_axes)} axes for a node with {len(outs)} outputs.")
         for j, (o, b, ax) in enumerate(zip(outs, res, res_axes)):
             if ax is None:
-                b, ax = _broadcast(b, 0, size), 0
+                b, ax = add_batch_axis(b, 0, size), 0
             elif ax < 0:
                 ax += len(b._shape)
             s = o._shape
@@ -148,11 +150,6 @@ def _replay(outputs, mapped: dict, size: int) -> None:
                     f"{b._dtype.name}; batching shape {s} at axis {ax} over {size} examples "
                     f"needs shape {want} and dtype {o._dtype.name}.")
             mapped[id(o)] = (b, ax)
-
-
-def _broadcast(x: array, axis: int, size: int) -> array:
-    s = x._shape
-    return mx.broadcast_to(mx.expand_dims(x, axis), s[:axis] + (size,) + s[axis:])
 
 
 def vmap(fun, in_axes=0, out_axes=0):
@@ -233,7 +230,13 @@ def vmap(fun, in_axes=0, out_axes=0):
         if size is None:
             raise ArgumentError("[vmap] At least one of in_axes must be non-None: no argument "
                                 "is mapped.")
+        placeholders = [(x, x._prim) for x in new_leaves
+                        if isinstance(x, _array) and type(x._prim) is Placeholder]
         out = fun(*unflatten(treedef, new_leaves))
+        # ``x[idx] = v`` on a mapped argument moves its placeholder to another object.
+        for x, p in placeholders:
+            if x._prim is not p:
+                mapped[id(rebound([x], [p])[0])] = mapped.pop(id(x))
         out_leaves, out_def = flatten(out)
         out_paths = leaf_paths(out_def)
         for x, p in zip(out_leaves, out_paths):
@@ -260,10 +263,10 @@ def vmap(fun, in_axes=0, out_axes=0):
                                 f"example).")
             oa %= nd
             if m is None:
-                results.append(_broadcast(x, oa, size))
+                results.append(add_batch_axis(x, oa, size))
             else:
                 b, ax = m
-                results.append(b if ax == oa else mx.moveaxis(b, ax, oa))
+                results.append(move_batch_axis(b, ax, oa))
         return unflatten(out_def, results)
 
     return functools.update_wrapper(vectorized, fun)
