@@ -42,7 +42,7 @@ from lazyx.errors import DtypeError, ShapeError, TransformError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 from lazyx.transforms import examples as _ex
-from lazyx.transforms.rules import NoGradient, add_batch_axis, batch_first
+from lazyx.transforms.rules import NoGradient, add_batch_axis, batch_first, batch_size
 
 _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
@@ -100,7 +100,7 @@ def _batched_matrices(inputs, axes, stream) -> list:
     An unbatched input is broadcast (a view) to the batched shape; a batch
     axis among the matrix dimensions moves to the front.
     """
-    size = next(x._shape[ax] for x, ax in zip(inputs, axes) if ax is not None)
+    size = batch_size(inputs, axes)
     return [add_batch_axis(x, 0, size, stream) if ax is None else batch_first(x, ax, stream=stream)
             for x, ax in zip(inputs, axes)]
 

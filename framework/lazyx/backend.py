@@ -138,13 +138,13 @@ def resolve_kernel(backend: Backend, cls: type) -> tuple[object, str]:
             return fn, f"backend {backend.name!r}"
     method = "eval_cpu" if backend.device_type is DeviceType.cpu else "eval_gpu"
     own = getattr(cls, method)
+    info = primitives.get(cls)
     if own is not getattr(Primitive, method):
-        info = primitives.get(cls)
         return own, f"{cls.name}.{method}" + (f" ({info.label})" if info else "")
     return _raiser(KernelNotFoundError(
-        f"{cls.name} has no kernel for device {backend.device_type.name} on backend "
-        f"{backend.name!r}: the backend registers none, no plugin overrides it, and "
-        f"{cls.name} does not implement {method}.")), "missing"
+        f"{cls.name}{f' (from {info.label})' if info else ''} has no kernel for device "
+        f"{backend.device_type.name} on backend {backend.name!r}: the backend registers none, "
+        f"no plugin overrides it, and {cls.name} does not implement {method}.")), "missing"
 
 
 def _raiser(exc):
@@ -154,10 +154,44 @@ def _raiser(exc):
     return kernel
 
 
-def kernel_provider(backend_name: str, cls: type) -> str:
-    """Who provides the kernel of ``cls`` on backend ``backend_name`` (text)."""
+def kernel_provider(backend: str, primitive) -> str:
+    """Who provides the kernel that backend ``backend`` runs for ``primitive``.
+
+    Args:
+        backend (str): A backend's name (``"cpu"``).
+        primitive: A :class:`Primitive` subclass, an instance of one, or the
+          ``name`` of a registered primitive (``"Add"``).
+
+    Returns:
+        str: ``"backend 'cpu'"`` (the backend's own table), a plugin's label
+        (its ``lazyx_kernels`` override), ``"<Name>.eval_cpu (plugin ...)"`` (the
+        primitive's own kernel), ``"missing"`` or ``"conflict"``.
+
+    Example:
+        >>> lazyx.core.kernel_provider("cpu", "Add")
+        "backend 'cpu'"
+    """
     _ensure_loaded()
-    return resolve_kernel(_get(backend_name), cls)[1]
+    return resolve_kernel(_get(backend), _primitive_class(primitive))[1]
+
+
+def _primitive_class(primitive) -> type:
+    if isinstance(primitive, type) and issubclass(primitive, Primitive):
+        return primitive
+    if isinstance(primitive, Primitive):
+        return type(primitive)
+    if isinstance(primitive, str):
+        from .registry import primitives
+        found = [c for c in primitives if c.name == primitive]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise BackendError(f"Several registered primitives are named {primitive!r} ("
+                               + ", ".join(primitives[c].label for c in found)
+                               + "); pass the class.")
+        raise BackendError(f"No registered primitive is named {primitive!r}.")
+    raise BackendError(f"Expected a Primitive class, a Primitive or a primitive's name, "
+                       f"got {primitive!r}.")
 
 
 def register_backend(backend: Backend, info=None) -> None:

@@ -142,19 +142,24 @@ class Primitive:
 
     # -- shape inference ------------------------------------------------
     def output_shapes(self, inputs) -> list[tuple[int, ...]]:
-        raise TransformError(
-            f"[{self.name}.output_shapes] {self.name} cannot infer output shapes: "
-            f"implement output_shapes(self, inputs).")
+        raise self._missing_rule("output_shapes", "(self, inputs)")
 
     # -- transforms -----------------------------------------------------
     def vjp(self, primals, cotangents, argnums, outputs):
-        raise TransformError(f"[{self.name}.vjp] Not implemented for {self.name}: "
-                             f"implement vjp(self, primals, cotangents, argnums, outputs).")
+        raise self._missing_rule("vjp", "(self, primals, cotangents, argnums, outputs)")
 
     def jvp(self, primals, tangents, argnums):
-        raise TransformError(f"[{self.name}.jvp] Not implemented for {self.name}: "
-                             f"implement jvp(self, primals, tangents, argnums).")
+        raise self._missing_rule("jvp", "(self, primals, tangents, argnums)")
 
     def vmap(self, inputs, axes):
-        raise TransformError(f"[{self.name}.vmap] Not implemented for {self.name}: "
-                             f"implement vmap(self, inputs, axes).")
+        raise self._missing_rule("vmap", "(self, inputs, axes)")
+
+    def _missing_rule(self, method: str, signature: str) -> TransformError:
+        """The error for a rule this primitive lacks: it names the primitive, its
+        plugin's distribution when registered, and the method to write. (A class made
+        by :func:`lazyx.custom_primitive.primitive` says which decorator adds it.)"""
+        from .registry import primitives
+        info = primitives.get(type(self))
+        who = f" (from {info.label})" if info is not None else ""
+        return TransformError(f"[{self.name}.{method}] Not implemented for {self.name}{who}: "
+                              f"implement {method}{signature}.")

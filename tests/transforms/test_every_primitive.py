@@ -141,3 +141,36 @@ def test_every_primitive_is_walked():
     assert len(PRIMITIVES) > 100
     unknown = [c for c in EXAMPLES if c not in registry.primitives]
     assert not unknown, f"examples for unregistered primitives: {[c.name for c in unknown]}"
+
+
+class _Forgetful(Primitive):
+    """A plugin primitive with a shape rule and a kernel but no transform rules."""
+
+    __slots__ = ()
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+    def eval_cpu(self, inputs):
+        return inputs[0] * 2
+
+
+def test_a_primitive_without_rules_or_examples_fails(monkeypatch):
+    info = registry.PluginInfo("forgetful", "lazyx-forgetful", "1.0")
+    monkeypatch.setitem(registry.primitives, _Forgetful, info)
+    with pytest.raises(AssertionError,
+                       match=r"_Forgetful .*'lazyx-forgetful'.* no vjp / jvp / vmap"):
+        test_rules_against_finite_differences_and_loops(_Forgetful)
+    # With rules but no example, the test fails too.
+    for rule in RULES:
+        monkeypatch.setattr(_Forgetful, rule, lambda self, *a: None, raising=False)
+    with pytest.raises(AssertionError, match=r"_Forgetful .*'lazyx-forgetful'.* has no example"):
+        test_rules_against_finite_differences_and_loops(_Forgetful)
+
+
+def test_a_wrong_rule_fails(monkeypatch):
+    from lazyx.plugins import elementwise
+    monkeypatch.setattr(elementwise.Sin, "derivative",
+                        lambda self, x, y: mx.multiply(mx.cos(x), 1.01))
+    with pytest.raises(AssertionError, match="finite differences"):
+        test_rules_against_finite_differences_and_loops(elementwise.Sin)

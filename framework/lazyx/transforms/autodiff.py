@@ -54,7 +54,6 @@ _array = array
 _retain = _scheduler.retain_graph
 _seq = itertools.count(1)
 _NO_GRAD_KINDS = "biu"
-_FIRST = (0,)  # the argnums of a one-input node (a tuple: rules must not change it)
 
 
 class TraceInput(Primitive):
@@ -248,7 +247,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             skip = True
         ins = a._inputs
         if len(ins) == 1:
-            argnums = _FIRST
+            argnums = [0]
         else:
             argnums = [i for i, x in enumerate(ins) if id(x) in active]
         if skip and _no_gradient(outs, ins, argnums):
@@ -257,7 +256,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
         res = prim.vjp(list(ins), cots, argnums, outs)
         if len(res) != len(argnums):
             raise TransformError(f"[{prim.name}.vjp] returned {len(res)} cotangents for "
-                                 f"argnums {list(argnums)}; expected one per argnum.")
+                                 f"argnums {argnums}; expected one per argnum.")
         for i, g in zip(argnums, res):
             if g is None:
                 continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import lazyx.core as mx
 
-__all__ = ["sum_to_shape", "broadcast_to_shape", "add_tangents", "batch_first",
+__all__ = ["sum_to_shape", "broadcast_to_shape", "add_tangents", "batch_size", "batch_first",
            "move_batch_axis", "add_batch_axis", "batched_axes", "align_batched", "NoGradient"]
 
 
@@ -69,6 +69,11 @@ def add_tangents(a, b, stream=None):
 
 
 # -- vmap ------------------------------------------------------------------------------
+def batch_size(inputs, axes) -> int:
+    """The number of examples: the size of the first batched input's batch axis."""
+    return next(x._shape[a] for x, a in zip(inputs, axes) if a is not None)
+
+
 def move_batch_axis(x, axis: int, to: int, stream=None):
     """``x`` with its batch axis moved from ``axis`` to ``to`` (no node when equal)."""
     return x if axis == to else mx.moveaxis(x, axis, to, stream=stream)
