@@ -71,6 +71,7 @@ class Full(Primitive):
     """
 
     __slots__ = ("shape",)
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, shape):
         super().__init__(stream)

@@ -29,6 +29,7 @@ import numpy as np
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
 from lazyx.array import array, from_buffer, lazy, lazy_multi
+from lazyx.codegen import ir
 from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, DtypeError, TransformError
 from lazyx.hookspecs import hookimpl
@@ -77,6 +78,13 @@ class Unary(Primitive):
     __slots__ = ()
     #: The op function that adds a node of this primitive (set with the op).
     _op = None
+    #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
+    #: fusible by ``compile``. Subclasses name theirs in one line.
+    expression = None
+
+    def to_expression(self, args):
+        """This operation in the codegen IR, or None where it cannot be fused."""
+        return ir.maybe_apply(self.expression, args)
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
@@ -114,6 +122,13 @@ class Binary(Primitive):
 
     __slots__ = ()
     _op = None
+    #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
+    #: fusible by ``compile``. Subclasses name theirs in one line.
+    expression = None
+
+    def to_expression(self, args):
+        """This operation in the codegen IR, or None where it cannot be fused."""
+        return ir.maybe_apply(self.expression, args)
 
     def output_shapes(self, inputs):
         return [broadcast_shapes(inputs[0].shape, inputs[1].shape)]
@@ -166,6 +181,14 @@ class Ternary(Primitive):
     """An element-wise primitive of three inputs that broadcast."""
 
     __slots__ = ()
+    #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
+    #: fusible by ``compile``. Subclasses name theirs in one line.
+    expression = None
+
+    def to_expression(self, args):
+        """This operation in the codegen IR, or None where it cannot be fused."""
+        return ir.maybe_apply(self.expression, args)
+
 
     def output_shapes(self, inputs):
         return [broadcast_shapes(*(x.shape for x in inputs))]
@@ -195,12 +218,18 @@ class BinaryAll(NoGradient, Primitive):
 class AsType(Unary):
     __slots__ = ("dtype",)
 
+    def is_noop(self, inputs):
+        return inputs[0].dtype is self.dtype
+
     def __init__(self, stream, dtype):
         super().__init__(stream)
         self.dtype = dtype
 
     def apply(self, x):
         return mx.astype(x, self.dtype, stream=self.stream)
+
+    def to_expression(self, args):
+        return ir.cast(args[0], self.dtype)
 
     # A conversion is linear: the cotangent converts back (complex to real drops
     # the imaginary part). The walkers give integer results of floats no gradient.
@@ -213,6 +242,7 @@ class AsType(Unary):
 
 class Abs(Unary):
     __slots__ = ()
+    expression = "abs"
 
     # d|x| = sign(x), which is x / |x| for complex x (0 at 0, MLX's subgradient).
     # For complex x, |x| is real: the tangent is Re(conj(sign(x)) t), and its
@@ -235,10 +265,12 @@ class Piecewise(NoGradient, Unary):
 
 class Sign(Piecewise):
     __slots__ = ()
+    expression = "sign"
 
 
 class Negative(Unary):
     __slots__ = ()
+    expression = "neg"
 
     def derivative(self, x, y):
         return -1
@@ -246,6 +278,7 @@ class Negative(Unary):
 
 class Exp(Unary):
     __slots__ = ()
+    expression = "exp"
 
     def derivative(self, x, y):
         return self._output(x, y)
@@ -253,6 +286,7 @@ class Exp(Unary):
 
 class Expm1(Unary):
     __slots__ = ()
+    expression = "expm1"
 
     def derivative(self, x, y):
         return mx.exp(x) if y is None else mx.add(y, 1)
@@ -260,6 +294,7 @@ class Expm1(Unary):
 
 class Log(Unary):
     __slots__ = ()
+    expression = "log"
 
     def derivative(self, x, y):
         return mx.reciprocal(x)
@@ -267,6 +302,7 @@ class Log(Unary):
 
 class Log1p(Unary):
     __slots__ = ()
+    expression = "log1p"
 
     def derivative(self, x, y):
         return mx.reciprocal(mx.add(x, 1))
@@ -274,6 +310,7 @@ class Log1p(Unary):
 
 class Log2(Unary):
     __slots__ = ()
+    expression = "log2"
 
     def derivative(self, x, y):
         return mx.reciprocal(mx.multiply(x, math.log(2.0)))
@@ -281,6 +318,7 @@ class Log2(Unary):
 
 class Log10(Unary):
     __slots__ = ()
+    expression = "log10"
 
     def derivative(self, x, y):
         return mx.reciprocal(mx.multiply(x, math.log(10.0)))
@@ -288,6 +326,7 @@ class Log10(Unary):
 
 class Sqrt(Unary):
     __slots__ = ()
+    expression = "sqrt"
 
     def derivative(self, x, y):
         return mx.divide(0.5, self._output(x, y))
@@ -295,6 +334,7 @@ class Sqrt(Unary):
 
 class Rsqrt(Unary):
     __slots__ = ()
+    expression = "rsqrt"
 
     def derivative(self, x, y):
         return mx.divide(mx.multiply(self._output(x, y), -0.5), x)
@@ -302,6 +342,7 @@ class Rsqrt(Unary):
 
 class Square(Unary):
     __slots__ = ()
+    expression = "square"
 
     def derivative(self, x, y):
         return mx.multiply(x, 2)
@@ -309,6 +350,7 @@ class Square(Unary):
 
 class Sin(Unary):
     __slots__ = ()
+    expression = "sin"
 
     def derivative(self, x, y):
         return mx.cos(x)
@@ -316,6 +358,7 @@ class Sin(Unary):
 
 class Cos(Unary):
     __slots__ = ()
+    expression = "cos"
 
     def derivative(self, x, y):
         return mx.negative(mx.sin(x))
@@ -323,6 +366,7 @@ class Cos(Unary):
 
 class Tan(Unary):
     __slots__ = ()
+    expression = "tan"
 
     def derivative(self, x, y):
         return mx.add(mx.square(self._output(x, y)), 1)
@@ -330,6 +374,7 @@ class Tan(Unary):
 
 class ArcSin(Unary):
     __slots__ = ()
+    expression = "asin"
 
     def derivative(self, x, y):
         return mx.rsqrt(mx.subtract(1, mx.square(x)))
@@ -337,6 +382,7 @@ class ArcSin(Unary):
 
 class ArcCos(Unary):
     __slots__ = ()
+    expression = "acos"
 
     def derivative(self, x, y):
         return mx.negative(mx.rsqrt(mx.subtract(1, mx.square(x))))
@@ -344,6 +390,7 @@ class ArcCos(Unary):
 
 class ArcTan(Unary):
     __slots__ = ()
+    expression = "atan"
 
     def derivative(self, x, y):
         return mx.reciprocal(mx.add(mx.square(x), 1))
@@ -351,6 +398,7 @@ class ArcTan(Unary):
 
 class Sinh(Unary):
     __slots__ = ()
+    expression = "sinh"
 
     def derivative(self, x, y):
         return mx.cosh(x)
@@ -358,6 +406,7 @@ class Sinh(Unary):
 
 class Cosh(Unary):
     __slots__ = ()
+    expression = "cosh"
 
     def derivative(self, x, y):
         return mx.sinh(x)
@@ -365,6 +414,7 @@ class Cosh(Unary):
 
 class Tanh(Unary):
     __slots__ = ()
+    expression = "tanh"
 
     def derivative(self, x, y):
         return mx.subtract(1, mx.square(self._output(x, y)))
@@ -372,6 +422,7 @@ class Tanh(Unary):
 
 class ArcSinh(Unary):
     __slots__ = ()
+    expression = "asinh"
 
     def derivative(self, x, y):
         return mx.rsqrt(mx.add(mx.square(x), 1))
@@ -379,6 +430,7 @@ class ArcSinh(Unary):
 
 class ArcCosh(Unary):
     __slots__ = ()
+    expression = "acosh"
 
     def derivative(self, x, y):
         return mx.rsqrt(mx.subtract(mx.square(x), 1))
@@ -386,6 +438,7 @@ class ArcCosh(Unary):
 
 class ArcTanh(Unary):
     __slots__ = ()
+    expression = "atanh"
 
     def derivative(self, x, y):
         return mx.reciprocal(mx.subtract(1, mx.square(x)))
@@ -393,14 +446,17 @@ class ArcTanh(Unary):
 
 class Floor(Piecewise):
     __slots__ = ()
+    expression = "floor"
 
 
 class Ceil(Piecewise):
     __slots__ = ()
+    expression = "ceil"
 
 
 class Trunc(Piecewise):
     __slots__ = ()
+    expression = "trunc"
 
 
 class Round(Piecewise):
@@ -413,12 +469,27 @@ class Round(Piecewise):
     def apply(self, x):
         return mx.round(x, self.decimals, stream=self.stream)
 
+    # NumPy's round: rint(x * 10**d) / 10**d (x / 10**-d, then times, for d < 0), in
+    # float32 for half precision, rounded once at the end.
+    def to_expression(self, args):
+        x = args[0]
+        if x.dtype.kind != "f":
+            return None
+        if self.decimals == 0:
+            return ir.apply("rint", x)
+        d = dt.float32 if x.dtype.size == 2 else x.dtype
+        y = ir.cast(x, d)
+        f = ir.constant(10.0 ** abs(self.decimals), d)
+        first, then = ("mul", "div") if self.decimals > 0 else ("div", "mul")
+        return ir.cast(ir.apply(then, ir.apply("rint", ir.apply(first, y, f)), f), x.dtype)
+
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 class Erf(Unary):
     __slots__ = ()
+    expression = "erf"
 
     def derivative(self, x, y):
         return mx.multiply(mx.exp(mx.negative(mx.square(x))), _TWO_OVER_SQRT_PI)
@@ -426,6 +497,7 @@ class Erf(Unary):
 
 class ErfInv(Unary):
     __slots__ = ()
+    expression = "erfinv"
 
     def derivative(self, x, y):
         return mx.divide(mx.exp(mx.square(self._output(x, y))), _TWO_OVER_SQRT_PI)
@@ -433,6 +505,7 @@ class ErfInv(Unary):
 
 class Sigmoid(Unary):
     __slots__ = ()
+    expression = "sigmoid"
 
     def derivative(self, x, y):
         y = self._output(x, y)
@@ -441,26 +514,32 @@ class Sigmoid(Unary):
 
 class LogicalNot(Piecewise):
     __slots__ = ()
+    expression = "not"
 
 
 class IsNan(Piecewise):
     __slots__ = ()
+    expression = "isnan"
 
 
 class IsInf(Piecewise):
     __slots__ = ()
+    expression = "isinf"
 
 
 class IsFinite(Piecewise):
     __slots__ = ()
+    expression = "isfinite"
 
 
 class IsPosInf(Piecewise):
     __slots__ = ()
+    expression = "isposinf"
 
 
 class IsNegInf(Piecewise):
     __slots__ = ()
+    expression = "isneginf"
 
 
 class NanToNum(Unary):
@@ -477,6 +556,15 @@ class NanToNum(Unary):
     def apply(self, x):
         return mx.nan_to_num(x, self.nan, self.posinf, self.neginf, stream=self.stream)
 
+    def to_expression(self, args):
+        x = args[0]
+        if x.dtype.kind != "f":
+            return None
+        d = x.dtype
+        out = ir.select(ir.apply("isneginf", x), ir.constant(self.neginf, d), x)
+        out = ir.select(ir.apply("isposinf", x), ir.constant(self.posinf, d), out)
+        return ir.select(ir.apply("isnan", x), ir.constant(self.nan, d), out)
+
     # The identity where x is finite; replaced values are constants.
     def derivative(self, x, y):
         return mx.isfinite(x)
@@ -484,6 +572,7 @@ class NanToNum(Unary):
 
 class Conjugate(Unary):
     __slots__ = ()
+    expression = "conj"
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [mx.conj(cotangents[0])]
@@ -494,6 +583,7 @@ class Conjugate(Unary):
 
 class Real(Unary):
     __slots__ = ()
+    expression = "real"
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [mx.astype(cotangents[0], primals[0]._dtype)]
@@ -504,6 +594,7 @@ class Real(Unary):
 
 class Imag(Unary):
     __slots__ = ()
+    expression = "imag"
 
     def apply(self, x):
         return mx.imag(x, stream=self.stream)
@@ -518,6 +609,7 @@ class Imag(Unary):
 
 class BitwiseInvert(Piecewise):
     __slots__ = ()
+    expression = "bitnot"
 
 
 class StopGradient(Piecewise):
@@ -525,10 +617,14 @@ class StopGradient(Piecewise):
 
     __slots__ = ()
 
+    def to_expression(self, args):
+        return args[0]
+
 
 # -- binary primitives -------------------------------------------------------
 class Add(Binary):
     __slots__ = ()
+    expression = "add"
 
     def partial(self, i, a, b, y):
         return 1
@@ -536,6 +632,7 @@ class Add(Binary):
 
 class Subtract(Binary):
     __slots__ = ()
+    expression = "sub"
 
     def partial(self, i, a, b, y):
         return -1 if i else 1
@@ -543,6 +640,7 @@ class Subtract(Binary):
 
 class Multiply(Binary):
     __slots__ = ()
+    expression = "mul"
 
     def partial(self, i, a, b, y):
         return a if i else b
@@ -550,6 +648,7 @@ class Multiply(Binary):
 
 class Divide(Binary):
     __slots__ = ()
+    expression = "div"
 
     def partial(self, i, a, b, y):
         if i == 0:
@@ -565,10 +664,12 @@ class Comparison(NoGradient, Binary):
 
 class FloorDivide(Comparison):
     __slots__ = ()
+    expression = "floordiv"
 
 
 class Remainder(Binary):
     __slots__ = ()
+    expression = "mod"
 
     # a % b = a - b * floor(a / b): the quotient is constant almost everywhere.
     def partial(self, i, a, b, y):
@@ -596,6 +697,11 @@ class DivMod(BinaryMulti):
     def apply(self, a, b):
         return mx.divmod(a, b, stream=self.stream)
 
+    def to_expression(self, args):
+        q = ir.maybe_apply("floordiv", args)
+        r = ir.maybe_apply("mod", args)
+        return None if q is None or r is None else (q, r)
+
     def vjp(self, primals, cotangents, argnums, outputs):
         g = cotangents[1]
         if outputs[1]._dtype.kind == "b":
@@ -620,6 +726,7 @@ class DivMod(BinaryMulti):
 
 class Power(Binary):
     __slots__ = ()
+    expression = "pow"
 
     # d/db a**b = log(a) * a**b, taken as 0 where a**b is 0 (a = 0, b > 0) as in MLX.
     def partial(self, i, a, b, y):
@@ -631,6 +738,7 @@ class Power(Binary):
 
 class Maximum(Binary):
     __slots__ = ()
+    expression = "max"
 
     # MLX's subgradient: a tie (a == b) sends the gradient to b.
     def partial(self, i, a, b, y):
@@ -639,6 +747,7 @@ class Maximum(Binary):
 
 class Minimum(Binary):
     __slots__ = ()
+    expression = "min"
 
     # As for maximum, a tie sends the gradient to b.
     def partial(self, i, a, b, y):
@@ -647,6 +756,7 @@ class Minimum(Binary):
 
 class LogAddExp(Binary):
     __slots__ = ()
+    expression = "logaddexp"
 
     def partial(self, i, a, b, y):
         return mx.exp(mx.subtract(b if i else a, self._output(a, b, y)))
@@ -654,6 +764,7 @@ class LogAddExp(Binary):
 
 class ArcTan2(Binary):
     __slots__ = ()
+    expression = "atan2"
 
     # arctan2(a, b) = atan(a / b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
     def partial(self, i, a, b, y):
@@ -663,58 +774,72 @@ class ArcTan2(Binary):
 
 class Equal(Comparison):
     __slots__ = ()
+    expression = "eq"
 
 
 class NotEqual(Comparison):
     __slots__ = ()
+    expression = "ne"
 
 
 class Less(Comparison):
     __slots__ = ()
+    expression = "lt"
 
 
 class LessEqual(Comparison):
     __slots__ = ()
+    expression = "le"
 
 
 class Greater(Comparison):
     __slots__ = ()
+    expression = "gt"
 
 
 class GreaterEqual(Comparison):
     __slots__ = ()
+    expression = "ge"
 
 
 class LogicalAnd(Comparison):
     __slots__ = ()
+    expression = "and"
 
 
 class LogicalOr(Comparison):
     __slots__ = ()
+    expression = "or"
 
 
 class LogicalXor(Comparison):
     __slots__ = ()
+    expression = "xor"
 
 
 class BitwiseAnd(Comparison):
     __slots__ = ()
+    expression = "bitand"
 
 
 class BitwiseOr(Comparison):
     __slots__ = ()
+    expression = "bitor"
 
 
 class BitwiseXor(Comparison):
     __slots__ = ()
+    expression = "bitxor"
 
 
 class LeftShift(Comparison):
     __slots__ = ()
+    expression = "shl"
 
 
 class RightShift(Comparison):
     __slots__ = ()
+    expression = "shr"
 
 
 class IsClose(Comparison):
@@ -729,6 +854,22 @@ class IsClose(Comparison):
     def apply(self, a, b):
         return mx.isclose(a, b, self.rtol, self.atol, equal_nan=self.equal_nan,
                           stream=self.stream)
+
+    # NumPy's isclose: |a - b| <= atol + rtol |b| where b is finite, or a == b;
+    # integers compare in float64.
+    def to_expression(self, args):
+        a, b = args
+        if a.dtype.kind in "biu":
+            a, b = ir.cast(a, dt.float64), ir.cast(b, dt.float64)
+        f = ir.apply
+        mag = f("abs", b)
+        tol = f("add", ir.constant(self.atol, mag.dtype),
+                f("mul", ir.constant(self.rtol, mag.dtype), mag))
+        out = f("or", f("and", f("le", f("abs", f("sub", a, b)), tol), f("isfinite", b)),
+                f("eq", a, b))
+        if self.equal_nan:
+            out = f("or", out, f("and", f("isnan", a), f("isnan", b)))
+        return out
 
 
 class AllClose(BinaryAll):
@@ -765,6 +906,7 @@ class Select(Ternary):
     """``where(condition, x, y)``: no gradient flows to the condition."""
 
     __slots__ = ()
+    expression = "select"
 
     def vjp(self, primals, cotangents, argnums, outputs):
         c, g = primals[0], cotangents[0]

@@ -138,6 +138,7 @@ class _Strided(Primitive):
     (``-1`` where a negative stride runs through index 0) and ``strides``."""
 
     __slots__ = ("start_indices", "end_indices", "strides", "_key")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, start_indices: tuple, end_indices: tuple, strides: tuple):
         super().__init__(stream)
@@ -223,6 +224,7 @@ class Gather(Primitive):
     docstring) name the index arrays by input position."""
 
     __slots__ = ("entries", "_template", "_places", "_take_axis", "_take_rest")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, entries: tuple):
         super().__init__(stream)

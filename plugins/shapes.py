@@ -72,6 +72,10 @@ class Reshape(_Reshaping):
     """``a`` with the same elements in row-major order and a new ``shape``."""
 
     __slots__ = ("shape",)
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
+
+    def is_noop(self, inputs):
+        return inputs[0].shape == self.shape
 
     def __init__(self, stream, shape: tuple):
         super().__init__(stream)
@@ -121,6 +125,7 @@ class Unflatten(_Reshaping):
     """Axis ``axis`` split into the dimensions ``shape`` (their product is its size)."""
 
     __slots__ = ("axis", "shape")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, axis: int, shape: tuple):
         super().__init__(stream)
@@ -186,6 +191,9 @@ class Transpose(Primitive):
 
     __slots__ = ("axes",)
 
+    def is_noop(self, inputs):
+        return self.axes == tuple(range(len(self.axes)))
+
     def __init__(self, stream, axes: tuple):
         super().__init__(stream)
         self.axes = axes
@@ -213,6 +221,10 @@ class BroadcastTo(Primitive):
     """``a`` broadcast to ``shape`` (NumPy's rules)."""
 
     __slots__ = ("shape",)
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
+
+    def is_noop(self, inputs):
+        return inputs[0].shape == self.shape
 
     def __init__(self, stream, shape: tuple):
         super().__init__(stream)
@@ -279,6 +291,7 @@ class Split(Primitive):
     axis): one output per piece, as Python slicing gives them."""
 
     __slots__ = ("indices", "axis")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, indices: tuple, axis: int):
         super().__init__(stream)
@@ -386,6 +399,7 @@ class DynamicSlice(Primitive):
     input (an integer array, read at evaluation), 0 along the other axes."""
 
     __slots__ = ("axes", "slice_size")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, axes: tuple, slice_size: tuple):
         super().__init__(stream)
@@ -525,6 +539,7 @@ class AsStrided(Primitive):
     element ``offset``; the op checks that every element it reaches lies in ``a``."""
 
     __slots__ = ("shape", "strides", "offset")
+    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, shape: tuple, strides: tuple, offset: int):
         super().__init__(stream)

@@ -61,6 +61,10 @@ class CpuBackend(CpuReferenceBackend):
         from . import native_kernels
         self.native = native_kernels.load()
         self.kernels.update(native_kernels.kernels(self.native))
+        # Fused element-wise runs: C++ generated and built at run time.
+        from lazyx.transforms.fusion import Compiled
+        from .compiled import compiled_kernel
+        self.kernels[Compiled] = compiled_kernel
 
     def enter_eval(self):
         outer = super().enter_eval()

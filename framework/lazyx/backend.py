@@ -9,8 +9,10 @@ The kernel for a node comes from the active backend's dispatch table, which
 is resolved once per primitive class and cached:
 
 1. a kernel a plugin registered for (backend, primitive class) through the
-   ``lazyx_kernels`` hook;
-2. the backend's own ``kernels`` table (the primitive's class or a base class);
+   ``lazyx_kernels`` hook (for that exact class; two plugins overriding the same
+   pair make it an error naming both);
+2. the backend's own kernel, :meth:`Backend.find_kernel` (by default its
+   ``kernels`` table: the primitive's class or a base class);
 3. the primitive's own ``eval_cpu`` / ``eval_gpu`` if it overrides it;
 4. otherwise a kernel that raises :class:`KernelNotFoundError` naming the
    primitive, the device and the backend. Never a silent fallback.
@@ -46,6 +48,21 @@ class Backend:
 
     def __init__(self):
         self.kernels: dict[type, object] = {}
+
+    def find_kernel(self, cls: type):
+        """This backend's kernel for primitive class ``cls``, or None if it has none.
+
+        The default looks ``cls`` and then its base classes up in ``kernels``. It
+        is called once per primitive class (the result is cached until a backend
+        or a plugin's kernels change), so a backend may override it to make
+        kernels on demand: wrap another backend's, compile one, and so on.
+        """
+        kernels = self.kernels
+        for klass in cls.__mro__:
+            fn = kernels.get(klass)
+            if fn is not None:
+                return fn
+        return None
 
     def is_available(self) -> bool:
         """Whether this backend can run on this machine."""
@@ -132,10 +149,9 @@ def resolve_kernel(backend: Backend, cls: type) -> tuple[object, str]:
         return _raiser(KernelNotFoundError(
             f"{cls.name} on backend {backend.name!r} is overridden by both {names}; "
             f"uninstall one of them.")), "conflict"
-    for klass in cls.__mro__:
-        fn = backend.kernels.get(klass)
-        if fn is not None:
-            return fn, f"backend {backend.name!r}"
+    fn = backend.find_kernel(cls)
+    if fn is not None:
+        return fn, f"backend {backend.name!r}"
     method = "eval_cpu" if backend.device_type is DeviceType.cpu else "eval_gpu"
     own = getattr(cls, method)
     info = primitives.get(cls)

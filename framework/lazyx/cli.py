@@ -2,8 +2,10 @@
 
 ``lazyx info`` prints the version, the devices, the backends (available or why
 not), every plugin with its distribution and version (and the error of any that
-failed to load), the registered primitives, and which backend lacks a kernel
-for which primitive.
+failed to load), its primitives and how many of them each backend has a kernel
+for, the kernel overrides plugins installed, and which backend lacks a kernel
+for which primitive. ``lazyx kernels [NAME ...] [--backend B]`` says who provides
+each primitive's kernel on each backend.
 """
 
 from __future__ import annotations
@@ -59,8 +61,23 @@ def info(out=None) -> None:
         w(f"  {name} ({p.distribution} {p.version}): {'; '.join(parts) or 'nothing registered'}\n")
         if p.primitives:
             w("    primitives: " + " ".join(c.name for c in p.primitives) + "\n")
+            w("    kernels: " + ", ".join(
+                f"{bname} {_served(b, p.primitives)}/{len(p.primitives)}"
+                + ("" if b.is_available() else " (not available)")
+                for bname, b in sorted(backends().items())) + "\n")
         for b, prim in p.kernels:
-            w(f"    kernel: {prim} on {b}\n")
+            w(f"    kernel override: {prim} on {b}\n")
+    if registry.kernel_overrides or registry.kernel_conflicts:
+        # Precedence: a plugin's override, then the backend's own kernel, then the
+        # primitive's eval_cpu/eval_gpu (lazyx.backend).
+        w("\nKernel overrides (a plugin's kernel wins over the backend's own):\n")
+        for (bname, cls), (fn, who) in sorted(registry.kernel_overrides.items(),
+                                               key=lambda kv: (kv[0][0], kv[0][1].name)):
+            w(f"  {cls.name} on {bname}: {who.label}\n")
+        for (bname, cls), whos in sorted(registry.kernel_conflicts.items(),
+                                         key=lambda kv: (kv[0][0], kv[0][1].name)):
+            w(f"  {cls.name} on {bname}: CONFLICT, none used: "
+              + " and ".join(i.label for i in whos) + "\n")
     if registry.conflicts:
         w("\nConflicts (these names are disabled):\n")
         for n, owners in sorted(registry.conflicts.items()):
@@ -79,6 +96,42 @@ def info(out=None) -> None:
         w("  none\n")
 
 
+def _served(backend, classes) -> int:
+    from lazyx.backend import resolve_kernel
+    return sum(not getattr(resolve_kernel(backend, c)[0], "missing", False) for c in classes)
+
+
+def kernels(names=(), backend_names=(), out=None) -> int:
+    """Print who provides the kernel of each primitive on each backend.
+
+    Args:
+        names: primitive names to show (default: every registered primitive).
+        backend_names: backends to show (default: all).
+    Returns:
+        the exit status: 1 when a name is unknown.
+    """
+    out = out or sys.stdout
+    import lazyx.core  # noqa: F401  (loads the plugins)
+    from lazyx import registry
+    from lazyx.backend import backends, resolve_kernel
+
+    all_backends = backends()
+    unknown = [b for b in backend_names if b not in all_backends]
+    classes = sorted(registry.primitives, key=lambda c: (c.name, registry.primitives[c].name))
+    if names:
+        unknown += [n for n in names if not any(c.name == n for c in classes)]
+        classes = [c for c in classes if c.name in names]
+    if unknown:
+        out.write(f"unknown: {', '.join(unknown)}\n")
+        return 1
+    shown = [(n, b) for n, b in sorted(all_backends.items()) if not backend_names or n in backend_names]
+    for cls in classes:
+        out.write(f"{cls.name} ({registry.primitives[cls].label}):\n")
+        for n, b in shown:
+            out.write(f"  {n}: {resolve_kernel(b, cls)[1]}\n")
+    return 0
+
+
 def _plugin_of_backend(name: str):
     from lazyx import registry
     for pname, p in registry.plugins.items():
@@ -91,10 +144,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="lazyx", description="lazyx command line.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="version, devices, backends, plugins, primitives, missing kernels")
+    k = sub.add_parser("kernels", help="who provides each primitive's kernel on each backend")
+    k.add_argument("primitives", nargs="*", help="primitive names (default: all)")
+    k.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
         return 0
+    if args.command == "kernels":
+        return kernels(args.primitives, args.backend)
     parser.print_help()
     return 1
 

@@ -90,6 +90,11 @@ class Primitive:
     differentiable: bool = True
     #: True for a primitive that exists only while a transform traces (no rules).
     transient: bool = False
+    #: False when parameters fix the output shape to the traced input shapes (a
+    #: reshape's target shape, a slice's bounds): ``compile(..., shapeless=True)``
+    #: then refuses the function, naming the primitive, instead of replaying the
+    #: node at other shapes.
+    shapeless: bool = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -124,6 +129,11 @@ class Primitive:
             return bool(a == b)
         except Exception:
             return False
+
+    def is_noop(self, inputs) -> bool:
+        """Whether this node returns its (single) input unchanged for ``inputs``
+        (a cast to the input's dtype, a reshape to its shape): ``compile`` drops it."""
+        return False
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._param_names)

@@ -46,7 +46,8 @@ class PluginInfo:
 
     @property
     def label(self) -> str:
-        return f"plugin {self.name!r} of distribution {self.distribution!r} {self.version}"
+        version = f" {self.version}" if self.version else ""
+        return f"plugin {self.name!r} of distribution {self.distribution!r}{version}"
 
     def __repr__(self) -> str:
         return f"PluginInfo({self.name!r}, {self.distribution!r}, {self.version!r})"

@@ -12,7 +12,8 @@ installed here by the op-pack plugins when this module is first imported.
 """
 
 from ..array import array
-from ..backend import Backend, backends, use_backend
+from ..backend import Backend, backends, kernel_provider, use_backend
+from ..custom_primitive import custom_primitive
 from ..device import (Device, DeviceType, Stream, cpu, default_device, default_stream, gpu,
                       is_available, new_stream, set_default_device, set_default_stream, stream,
                       synchronize)
@@ -21,6 +22,7 @@ from ..dtypes import (Dtype, DtypeCategory, bfloat16, bool_, can_cast, complex64
                       generic, iinfo, inexact, inf, int8, int16, int32, int64, integer, issubdtype,
                       nan, newaxis, number, pi, promote_types, result_type, signedinteger, uint8,
                       uint16, uint32, uint64, unsignedinteger)
+from ..graph import export_to_dot, print_graph
 from ..memory import (clear_cache, get_active_memory, get_cache_memory, get_peak_memory,
                       reset_peak_memory, set_cache_limit, set_memory_limit)
 from ..primitive import Primitive
@@ -29,6 +31,8 @@ from ..scheduler import async_eval, eval
 # an __init__.py sees the package as a namespace package.
 from ..transforms.autodiff import grad, jvp, value_and_grad, vjp
 from ..transforms.custom import checkpoint, custom_function
+from ..transforms.compile import compile, disable_compile, enable_compile
+from ..transforms.export import export_function, exporter, import_function
 from ..transforms.vmap import vmap
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -66,6 +66,10 @@ class TraceInput(Primitive):
 
     __slots__ = ("seq",)
 
+    # An identity: a compiled tape drops it (inlined copies would stop later walks).
+    def is_noop(self, inputs):
+        return True
+
     def __init__(self, stream, seq: int):
         self.stream = stream
         self.seq = seq

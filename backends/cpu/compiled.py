@@ -1,0 +1,213 @@
+"""The ``cpu`` backend's kernel for ``Compiled`` (a fused element-wise run).
+
+The program is rendered to C++ (:mod:`lazyx.codegen.cpp`), built once
+(:mod:`lazyx.codegen.jit`, cached in memory and on disk) and called through
+ctypes. Per call:
+
+* the loop shape is the broadcast of the input shapes; inputs of one element
+  are *scalars* (part of the kernel's source: loaded once);
+* when every other input has the loop's shape and is C-contiguous, the
+  contiguous entry runs (one flat loop); otherwise the strided entry runs on
+  the layout with size-1 dimensions dropped and contiguous dimensions merged;
+* large loops are split over the backend's threads (see :data:`PARALLEL_WORK`).
+
+What the kernel cannot cover (no compiler, more dimensions than the strided
+path takes after merging, odd strides) runs the reference evaluation of
+``Compiled.eval_cpu``, so the result is the same either way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from lazyx.codegen import cpp, jit
+from lazyx.errors import KernelOutputError
+from lazyx.transforms.fusion import interpret
+
+#: Work (elements times the program's cost per element) from which a kernel splits its
+#: loop over threads. Starting threads costs tens of microseconds here; measured on
+#: 2 cores, splitting pays from about 64K elements of a cheap program (an add) and
+#: from about 8K of a transcendental one.
+PARALLEL_WORK = 1 << 16
+# Cost per element of an op, relative to an add (transcendental functions cost more).
+_COST = {"exp": 4, "expm1": 4, "log": 4, "log1p": 4, "log2": 4, "log10": 4, "sin": 6,
+         "cos": 6, "tan": 8, "asin": 8, "acos": 8, "atan": 8, "sinh": 6, "cosh": 6,
+         "tanh": 3, "asinh": 8, "acosh": 8, "atanh": 8, "erf": 3, "erfinv": 40,
+         "sigmoid": 4, "pow": 8, "atan2": 8, "logaddexp": 8, "floordiv": 4, "mod": 4,
+         "div": 2, "sqrt": 2, "rsqrt": 2}
+
+_empty = np.empty
+_ndarray = np.ndarray
+
+
+class _Kernel:
+    """The two entry points of one built kernel."""
+
+    __slots__ = ("lib", "contiguous", "strided")
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.contiguous = ctypes.cast(lib.lazyx_contiguous, ctypes.c_void_p).value
+        self.strided = ctypes.cast(lib.lazyx_strided, ctypes.c_void_p).value
+
+
+class _Plan:
+    """What a call at one set of input shapes needs."""
+
+    __slots__ = ("shape", "size", "dtypes", "kernel", "full", "broadcast", "scalar",
+                 "parallel", "layouts")
+
+
+_kernels: dict = {}
+_plans: dict = {}
+
+
+def kernel_for(program, scalar: tuple) -> _Kernel:
+    """The built kernel of ``program`` for the scalar mask ``scalar`` (cached)."""
+    key = (program, scalar)
+    k = _kernels.get(key)
+    if k is None:
+        source = cpp.render(program, scalar, jit.vector_math_header())
+        k = _kernels[key] = _Kernel(jit.build(source))
+    return k
+
+
+def _cost(program) -> int:
+    return sum(_COST.get(e.op, 1) for e in program.nodes if e.op not in ("input", "const"))
+
+
+def _plan(program, inputs):
+    """The plan for these input shapes, or None when the native kernel cannot run them."""
+    if not jit.available():
+        jit.warn_missing_compiler()
+        return None
+    shapes = [x.shape for x in inputs]
+    for x, d in zip(inputs, program.inputs):
+        if x.dtype != d.np:
+            return None
+    shape = np.broadcast_shapes(*shapes) if shapes else ()
+    p = _Plan()
+    p.shape = shape
+    p.size = int(np.prod(shape, dtype=np.int64))
+    p.dtypes = [o.dtype.np for o in program.outputs]
+    p.scalar = tuple(x.size == 1 for x in inputs)
+    p.full = tuple(k for k, x in enumerate(inputs) if not p.scalar[k])
+    p.broadcast = any(inputs[k].shape != shape for k in p.full)
+    p.parallel = p.size * _cost(program) >= PARALLEL_WORK
+    p.layouts = {}
+    p.kernel = kernel_for(program, p.scalar)
+    return p
+
+
+def _threads() -> int:
+    from . import native_kernels
+    native = native_kernels.load()
+    if native is not None:
+        return native.get_num_threads()
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _layout(p: _Plan, inputs):
+    """The collapsed loop shape and element strides (bytes for the kernel), or None."""
+    key = tuple([x.strides for x in inputs])
+    got = p.layouts.get(key)
+    if got is not None:
+        return got
+    shape = p.shape
+    nd = len(shape)
+    per = []
+    for k, x in enumerate(inputs):
+        st = [0] * nd
+        if not p.scalar[k]:
+            off = nd - x.ndim
+            for d in range(x.ndim):
+                if x.shape[d] != 1:
+                    q, r = divmod(x.strides[d], x.itemsize)
+                    if r:
+                        return None
+                    st[off + d] = q
+        per.append(st)
+    dims, strides = [], [[] for _ in inputs]
+    for d in range(nd):
+        n = shape[d]
+        if n == 1:
+            continue
+        if dims and all(s[-1] == q[d] * n for s, q in zip(strides, per)):
+            dims[-1] *= n
+            for s, q in zip(strides, per):
+                s[-1] = q[d]
+        else:
+            dims.append(n)
+            for s, q in zip(strides, per):
+                s.append(q[d])
+    if not dims or len(dims) > cpp.MAX_DIMS:
+        return None
+    flat = dims + [v for s in strides for v in s]
+    got = (np.asarray(flat, dtype=np.int64).tobytes(), len(dims))
+    if len(p.layouts) > 64:
+        p.layouts.clear()
+    p.layouts[key] = got
+    return got
+
+
+def compiled_kernel(prim, inputs):
+    """Run a ``Compiled`` node's program natively (see the module docstring)."""
+    program = prim.program
+    for x in inputs:
+        if type(x) is not _ndarray:
+            inputs = [np.asarray(x) for x in inputs]
+            break
+    key = (program, tuple([x.shape for x in inputs]))
+    p = _plans.get(key, False)
+    if p is False:
+        p = _plan(program, inputs)
+        if len(_plans) > 4096:
+            _plans.clear()
+        _plans[key] = p
+    if p is None:
+        return interpret(program, inputs, prim.stream)
+    outs = tuple([_empty(p.shape, d) for d in p.dtypes])
+    n = p.size
+    if n:
+        threads = _threads() if p.parallel else 1
+        arrays = tuple(inputs) + outs
+        if not p.broadcast and all([inputs[k].flags.c_contiguous for k in p.full]):
+            rc = _call_contiguous(p.kernel, arrays, n, threads)
+        else:
+            layout = _layout(p, inputs)
+            if layout is None:
+                return interpret(program, inputs, prim.stream)
+            rc = _call_strided(p.kernel, arrays, layout[0], layout[1], n, threads)
+        if rc:
+            raise KernelOutputError(f"The fused kernel of {prim!r} failed (code {rc}); its "
+                                    f"outputs were discarded.")
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _call_contiguous(k: _Kernel, arrays, n, threads) -> int:
+    shim = jit.shim()
+    if shim is not None:
+        return shim.lazyx_call_contiguous(k.contiguous, arrays, n, threads)
+    fn = k.lib.lazyx_contiguous
+    return fn(_pointers(arrays), ctypes.c_int64(n), ctypes.c_int(threads))
+
+
+def _call_strided(k: _Kernel, arrays, layout: bytes, nd: int, n, threads) -> int:
+    shim = jit.shim()
+    if shim is not None:
+        return shim.lazyx_call_strided(k.strided, arrays, layout, nd, n, threads)
+    fn = k.lib.lazyx_strided
+    buf = ctypes.create_string_buffer(layout, len(layout))
+    addr = ctypes.addressof(buf)
+    return fn(_pointers(arrays), ctypes.c_void_p(addr), ctypes.c_void_p(addr + 8 * nd),
+              ctypes.c_int(nd), ctypes.c_int64(n), ctypes.c_int(threads))
+
+
+def _pointers(arrays):
+    return (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])

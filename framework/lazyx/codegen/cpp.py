@@ -1,0 +1,542 @@
+"""The C++ renderer: one kernel source per fused program.
+
+A kernel exports two entry points (fixed, short names; the library file is
+named by the source's hash):
+
+* ``lazyx_contiguous(void** buffers, int64 n, int threads)``: every
+  non-scalar input is C-contiguous with the loop's shape, so element ``i``
+  of every buffer is at index ``i``;
+* ``lazyx_strided(void** buffers, const int64* shape, const int64* strides,
+  int ndim, int64 n, int threads)``: any layout and broadcasting. ``shape``
+  is the loop's shape after the caller collapsed contiguous dimensions and
+  ``strides`` holds ``ndim`` element strides per input (0 along a broadcast
+  dimension).
+
+``buffers`` holds the inputs then the outputs. The inputs of size 1 (the
+*scalar mask*, part of the source) are loaded once, before the loop, in both
+paths; inlined constants are literals. Outputs are always C-contiguous.
+
+Values are held in their compute type: float16 and bfloat16 buffers hold raw
+``uint16`` bits, converted to ``float`` on load and back on store, and every
+half-precision result is rounded to its dtype after each op, so that fused
+and unfused results agree (NumPy's half-precision kernels compute each op in
+float32 and round). Semantics that differ by type (integer floor division,
+NumPy's float ``divmod``, shifts past the bit width, NaN-propagating
+``maximum``, complex ordering) live once in the preamble as overloaded helpers,
+so the renderer writes the same text for every dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as dt
+from .ir import Expr, Program
+
+__all__ = ["render", "COMPUTE_TYPES", "STORAGE_TYPES"]
+
+#: C++ type that holds a value of each dtype during computation.
+COMPUTE_TYPES = {
+    dt.bool_: "bool", dt.uint8: "uint8_t", dt.uint16: "uint16_t", dt.uint32: "uint32_t",
+    dt.uint64: "uint64_t", dt.int8: "int8_t", dt.int16: "int16_t", dt.int32: "int32_t",
+    dt.int64: "int64_t", dt.float16: "float", dt.bfloat16: "float", dt.float32: "float",
+    dt.float64: "double", dt.complex64: "c64",
+}
+#: C++ type of a buffer element of each dtype.
+STORAGE_TYPES = dict(COMPUTE_TYPES)
+STORAGE_TYPES.update({dt.float16: "uint16_t", dt.bfloat16: "uint16_t"})
+
+_LOAD = {dt.float16: "lx_h2f({})", dt.bfloat16: "lx_b2f({})"}
+_STORE = {dt.float16: "lx_f2h({})", dt.bfloat16: "lx_f2b({})"}
+_ROUND = {dt.float16: "lx_rh({})", dt.bfloat16: "lx_rb({})"}
+
+# op -> C++ expression; {0} {1} {2} are the operands (already in their compute type).
+_TEMPLATES = {
+    "neg": "lx_neg({0})", "abs": "lx_abs({0})", "sign": "lx_sign({0})",
+    "square": "lx_square({0})", "conj": "std::conj({0})", "real": "({0}).real()",
+    "imag": "({0}).imag()",
+    "exp": "std::exp({0})", "expm1": "std::expm1({0})", "log": "std::log({0})",
+    "log1p": "lx_log1p({0})", "log2": "lx_log2({0})", "log10": "std::log10({0})",
+    "sqrt": "std::sqrt({0})", "rsqrt": "lx_rsqrt({0})",
+    "sin": "std::sin({0})", "cos": "std::cos({0})", "tan": "std::tan({0})",
+    "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})", "cosh": "std::cosh({0})", "tanh": "lx_tanh({0})",
+    "asinh": "std::asinh({0})", "acosh": "std::acosh({0})", "atanh": "std::atanh({0})",
+    "erf": "lx_erf({0})", "erfinv": "lx_erfinv({0})", "sigmoid": "lx_sigmoid({0})",
+    "floor": "std::floor({0})", "ceil": "std::ceil({0})", "trunc": "std::trunc({0})",
+    "rint": "std::nearbyint({0})",
+    "not": "lx_not({0})", "bitnot": "lx_bitnot({0})", "isnan": "lx_isnan({0})",
+    "isinf": "lx_isinf({0})", "isfinite": "lx_isfinite({0})",
+    "isposinf": "lx_isposinf({0})", "isneginf": "lx_isneginf({0})",
+    "add": "({0} + {1})", "sub": "lx_sub({0}, {1})", "mul": "({0} * {1})",
+    "div": "({0} / {1})", "floordiv": "lx_floordiv({0}, {1})", "mod": "lx_mod({0}, {1})",
+    "pow": "lx_pow({0}, {1})", "max": "lx_max({0}, {1})", "min": "lx_min({0}, {1})",
+    "logaddexp": "lx_logaddexp({0}, {1})", "atan2": "std::atan2({0}, {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "lx_lt({0}, {1})",
+    "le": "lx_le({0}, {1})", "gt": "lx_lt({1}, {0})", "ge": "lx_le({1}, {0})",
+    "and": "(lx_nz({0}) && lx_nz({1}))", "or": "(lx_nz({0}) || lx_nz({1}))",
+    "xor": "(lx_nz({0}) != lx_nz({1}))",
+    "bitand": "({0} & {1})", "bitor": "({0} | {1})", "bitxor": "({0} ^ {1})",
+    "shl": "lx_shl({0}, {1})", "shr": "lx_shr({0}, {1})",
+    "select": "({0} ? {1} : {2})",
+}
+
+# Least-squares rational fits x P(x^2) / Q(x^2) in float32, clamped: relative
+# error below 5e-7 over the whole range (about 8 ulp), and vectorisable, unlike
+# libm's erff/tanhf. Coefficients lowest degree first.
+_ERF_CLAMP = 3.92
+_ERF_P = (1.1283791065216064, 0.20011022686958313, 0.050596706569194794,
+          0.003707589814439416, 0.0001418438187101856, -1.9545116174413124e-06,
+          1.986311026769272e-08)
+_ERF_Q = (1.0, 0.510674774646759, 0.11507382988929749, 0.014367420226335526,
+          0.0009569809772074223)
+_TANH_CLAMP = 9.0
+_TANH_P = (1.0, -0.15887399017810822, 0.0314238965511322, 0.007948263548314571,
+           0.00022545356478076428, 1.3331634818314342e-06, 8.405187656990165e-10)
+_TANH_Q = (1.0, 0.17445915937423706, -0.043755948543548584, 0.024069545790553093,
+           0.001628796337172389, 2.1337664293241687e-05, 4.9743967167614755e-08)
+
+
+def _horner(coeffs, var: str) -> str:
+    text = f"{coeffs[-1]!r}f"
+    for c in reversed(coeffs[:-1]):
+        text = f"({text} * {var} + {c!r}f)"
+    return text
+
+
+def _rational(name: str, clamp: float, p, q) -> str:
+    return f"""static inline float {name}(float x) {{
+  const float c = {clamp!r}f;
+  const float xc = x < -c ? -c : (x > c ? c : x);  // NaN passes through
+  const float t = xc * xc;
+  const float r = xc * {_horner(p, "t")} / {_horner(q, "t")};
+  return r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);
+}}"""
+
+
+_PREAMBLE = r"""// lazyx fused element-wise kernel (generated; see lazyx/codegen/cpp.py)
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <vector>
+__LX_HEADER__
+typedef std::complex<float> c64;
+template <class T> struct lx_is_complex : std::false_type {};
+template <> struct lx_is_complex<c64> : std::true_type {};
+template <class T> constexpr bool lx_cplx = lx_is_complex<T>::value;
+
+// -- half precision: buffers hold raw bits, values are float ----------------------
+static inline float lx_b2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t lx_f2b(float f) {  // round to nearest even; NaN stays NaN
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+#if defined(__FLT16_MANT_DIG__) && !defined(LAZYX_SOFT_HALF)
+static inline float lx_h2f(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t lx_f2h(float f) {
+  _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h;
+}
+#else  // no _Float16: exact conversions by bit manipulation
+static inline float lx_h2f(uint16_t h) {
+  uint32_t em = h & 0x7fffu, bits = em << 13; float f;
+  if (em >= 0x7c00u) { bits |= 0x7f800000u; std::memcpy(&f, &bits, 4); }
+  else { std::memcpy(&f, &bits, 4); f *= 0x1p112f; }  // rebias normals and subnormals
+  uint32_t u; std::memcpy(&u, &f, 4); u |= (uint32_t)(h & 0x8000u) << 16;
+  std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t lx_f2h(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u), h;
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) h = (uint16_t)(0x7e00u | ((u >> 13) & 0x3ffu));
+  else if (u >= 0x477ff000u) h = 0x7c00u;  // rounds to infinity
+  else if (u < 0x38800000u) {  // subnormal: let the FPU round at 2^-24
+    float a; std::memcpy(&a, &u, 4); a += 0.5f;
+    uint32_t v; std::memcpy(&v, &a, 4); h = (uint16_t)(v - 0x3f000000u);
+  } else h = (uint16_t)((u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13);
+  return (uint16_t)(h | sign);
+}
+#endif
+static inline float lx_rh(float x) { return lx_h2f(lx_f2h(x)); }
+static inline float lx_rb(float x) { return lx_b2f(lx_f2b(x)); }
+
+// -- casts (astype's rules: complex to real keeps the real part) --------------------
+template <class To, class From> static inline To lx_cast(From x) {
+  if constexpr (lx_cplx<From> && !lx_cplx<To>) return lx_cast<To>(x.real());
+  else if constexpr (lx_cplx<To>) return To((float)x, 0.0f);
+  else if constexpr (std::is_same_v<To, bool>) return x != From(0);
+  else return (To)x;
+}
+template <class T> static inline bool lx_nz(T a) { return a != T(0); }
+
+// -- unary ------------------------------------------------------------------------
+template <class T> static inline T lx_neg(T a) { return (T)(-a); }
+template <class T> static inline auto lx_abs(T a) {
+  if constexpr (lx_cplx<T>) return std::abs(a);
+  else if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return a;
+  else if constexpr (std::is_integral_v<T>) return (T)(a < 0 ? -a : a);
+  else return std::fabs(a);
+}
+template <class T> static inline T lx_sign(T a) {
+  if constexpr (lx_cplx<T>) { float m = std::abs(a); return m == 0.0f ? T(0) : a / m; }
+  else if constexpr (std::is_same_v<T, bool>) return a;
+  else if constexpr (std::is_unsigned_v<T>) return (T)(a > 0);
+  else if constexpr (std::is_integral_v<T>) return (T)((a > 0) - (a < 0));
+  else return a > 0 ? T(1) : (a < 0 ? T(-1) : (a == 0 ? T(0) : a));
+}
+template <class T> static inline T lx_square(T a) { return (T)(a * a); }
+template <class T> static inline T lx_rsqrt(T a) { return T(1) / std::sqrt(a); }
+template <class T> static inline T lx_log1p(T a) {
+  if constexpr (lx_cplx<T>) return std::log(T(1) + a); else return std::log1p(a);
+}
+template <class T> static inline T lx_log2(T a) {
+  if constexpr (lx_cplx<T>) return std::log(a) / 0.6931471805599453f; else return std::log2(a);
+}
+template <class T> static inline T lx_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+__LX_RATIONALS__
+static inline double lx_erf(double x) { return std::erf(x); }
+static inline double lx_tanh(double x) { return std::tanh(x); }
+static inline c64 lx_tanh(c64 x) { return std::tanh(x); }
+static inline double lx_erfinv(double y) {
+  // A closed-form start (relative error ~2e-3) refined by Halley steps on erf(x) = y.
+  const double a = 0.147, two_over_sqrt_pi = 1.1283791670955126;
+  double l = std::log1p(-y * y), t = 2.0 / (3.141592653589793 * a) + 0.5 * l;
+  double x = std::copysign(std::sqrt(std::sqrt(t * t - l / a) - t), y);
+  for (int k = 0; k < 3; ++k) {
+    double f = std::erf(x) - y;
+    x = x - f / (two_over_sqrt_pi * std::exp(-x * x) + x * f);
+  }
+  return std::fabs(y) == 1.0 ? std::copysign(INFINITY, y) : x;
+}
+static inline float lx_erfinv(float y) { return (float)lx_erfinv((double)y); }
+template <class T> static inline bool lx_not(T a) { return a == T(0); }
+template <class T> static inline T lx_bitnot(T a) {
+  if constexpr (std::is_same_v<T, bool>) return !a; else return (T)(~a);
+}
+template <class T> static inline bool lx_isnan(T a) {
+  if constexpr (lx_cplx<T>) return std::isnan(a.real()) || std::isnan(a.imag());
+  else if constexpr (std::is_integral_v<T>) return false; else return std::isnan(a);
+}
+template <class T> static inline bool lx_isinf(T a) {
+  if constexpr (lx_cplx<T>) return std::isinf(a.real()) || std::isinf(a.imag());
+  else if constexpr (std::is_integral_v<T>) return false; else return std::isinf(a);
+}
+template <class T> static inline bool lx_isfinite(T a) {
+  if constexpr (lx_cplx<T>) return std::isfinite(a.real()) && std::isfinite(a.imag());
+  else if constexpr (std::is_integral_v<T>) return true; else return std::isfinite(a);
+}
+template <class T> static inline bool lx_isposinf(T a) {
+  if constexpr (std::is_integral_v<T>) return false;
+  else return a == std::numeric_limits<T>::infinity();
+}
+template <class T> static inline bool lx_isneginf(T a) {
+  if constexpr (std::is_integral_v<T>) return false;
+  else return a == -std::numeric_limits<T>::infinity();
+}
+
+// -- binary -----------------------------------------------------------------------
+template <class T> static inline T lx_sub(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return a != b; else return (T)(a - b);
+}
+// NumPy's float divmod: the quotient is floored, the remainder has b's sign.
+template <class T> static inline T lx_fdivmod(T a, T b, T* rem) {
+  T mod = std::fmod(a, b);
+  if (!b) { *rem = mod; return a / b; }
+  T div = (a - mod) / b;
+  if (mod) { if ((b < 0) != (mod < 0)) { mod += b; div -= T(1); } }
+  else mod = std::copysign(T(0), b);
+  T q;
+  if (div) { q = std::floor(div); if (div - q > T(0.5)) q += T(1); }
+  else q = std::copysign(T(0), a / b);
+  *rem = mod;
+  return q;
+}
+// Integers: x // 0 == 0 and x % 0 == x (MLX); MIN // -1 wraps instead of trapping.
+template <class T> static inline T lx_floordiv(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return (bool)lx_floordiv<uint8_t>(a, b);
+  else if constexpr (lx_cplx<T>) return a / b;
+  else if constexpr (std::is_floating_point_v<T>) { T r; return lx_fdivmod(a, b, &r); }
+  else if constexpr (std::is_unsigned_v<T>) return b == 0 ? T(0) : (T)(a / b);
+  else {
+    if (b == 0) return T(0);
+    if (b == -1) return (T)(0 - a);
+    T q = (T)(a / b);
+    return ((a % b != 0) && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+  }
+}
+template <class T> static inline T lx_mod(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return (bool)lx_mod<uint8_t>(a, b);
+  else if constexpr (std::is_floating_point_v<T>) {
+    if (!b) return std::fmod(a, b);
+    T r; lx_fdivmod(a, b, &r); return r;
+  }
+  else if constexpr (std::is_unsigned_v<T>) return b == 0 ? a : (T)(a % b);
+  else {
+    if (b == 0) return a;
+    if (b == -1) return T(0);
+    T r = (T)(a % b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+  }
+}
+// Integer powers by squaring, wrapping like the dtype; negative exponents give 0.
+template <class T> static inline T lx_pow(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) return (bool)lx_pow<uint8_t>(a, b);
+  else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_signed_v<T>) { if (b < 0) return T(0); }
+    typedef std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>> U;
+    U r = 1, x = (U)a, e = (U)b;
+    while (e) { if (e & 1u) r = (U)(r * x); x = (U)(x * x); e >>= 1; }
+    return (T)r;
+  }
+  else return std::pow(a, b);
+}
+// NumPy's complex ordering: lexicographic, false when an operand holds a NaN.
+template <class T> static inline bool lx_lt(T a, T b) {
+  if constexpr (lx_cplx<T>)
+    return (a.real() < b.real() && !std::isnan(a.imag()) && !std::isnan(b.imag())) ||
+           (a.real() == b.real() && a.imag() < b.imag());
+  else return a < b;
+}
+template <class T> static inline bool lx_le(T a, T b) {
+  if constexpr (lx_cplx<T>)
+    return (a.real() < b.real() && !std::isnan(a.imag()) && !std::isnan(b.imag())) ||
+           (a.real() == b.real() && a.imag() <= b.imag());
+  else return a <= b;
+}
+// maximum/minimum propagate NaN (the first operand's when both are NaN).
+template <class T> static inline T lx_max(T a, T b) {
+  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(b, a)) ? a : b;
+  else if constexpr (std::is_floating_point_v<T>) return (a >= b || a != a) ? a : b;
+  else return a >= b ? a : b;
+}
+template <class T> static inline T lx_min(T a, T b) {
+  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(a, b)) ? a : b;
+  else if constexpr (std::is_floating_point_v<T>) return (a <= b || a != a) ? a : b;
+  else return a <= b ? a : b;
+}
+template <class T> static inline T lx_logaddexp(T a, T b) {
+  if constexpr (lx_cplx<T>) {
+    T hi = lx_max(a, b), lo = lx_min(a, b);
+    return hi + std::log(T(1) + std::exp(lo - hi));
+  } else {
+    if (a == b) return a + T(0.6931471805599453);  // also inf + inf
+    T d = a - b;
+    if (d > 0) return a + std::log1p(std::exp(-d));
+    if (d <= 0) return b + std::log1p(std::exp(d));
+    return d;  // NaN
+  }
+}
+// Shifts by the bit width or more give 0 (-1 for a negative number shifted right).
+template <class T> static inline T lx_shl(T a, T b) {
+  typedef std::make_unsigned_t<T> U;
+  return ((U)b < sizeof(T) * 8) ? (T)((U)a << (U)b) : T(0);
+}
+template <class T> static inline T lx_shr(T a, T b) {
+  typedef std::make_unsigned_t<T> U;
+  if ((U)b < sizeof(T) * 8) return (T)(a >> (U)b);
+  if constexpr (std::is_signed_v<T>) return a < 0 ? T(-1) : T(0); else return T(0);
+}
+
+// -- threads ----------------------------------------------------------------------
+// Split [0, n) into one chunk per thread (multiples of 64 elements, so no two
+// threads write one cache line); the caller runs the first chunk.
+template <class F> static void lx_parallel(int64_t n, int threads, F f) {
+  int64_t chunk = threads > 1 ? ((n + threads - 1) / threads + 63) / 64 * 64 : n;
+  if (threads <= 1 || chunk >= n) { f((int64_t)0, n); return; }
+  std::vector<std::thread> pool;
+  int64_t begin = chunk;
+  try {
+    for (; begin < n; begin += chunk) pool.emplace_back(f, begin, std::min(n, begin + chunk));
+  } catch (...) {  // no thread to be had: run the rest here
+    f(begin, n);
+  }
+  f((int64_t)0, std::min(n, chunk));
+  for (auto& t : pool) t.join();
+}
+"""
+
+
+def _literal(value, d) -> str:
+    """A C++ literal of ``value`` in ``d``'s compute type."""
+    ct = COMPUTE_TYPES[d]
+    if d.kind == "b":
+        return "true" if value else "false"
+    if d.kind in "ui":
+        if d is dt.int64 and value == -2**63:
+            return "(-9223372036854775807LL - 1)"
+        suffix = "ULL" if d.kind == "u" else "LL"
+        return f"(({ct}){value}{suffix})"
+    if d.kind == "c":
+        return f"c64({_float_literal(value.real, 'float')}, {_float_literal(value.imag, 'float')})"
+    return _float_literal(value, ct)
+
+
+def _float_literal(v: float, ct: str) -> str:
+    if math.isnan(v):
+        return f"std::numeric_limits<{ct}>::quiet_NaN()"
+    if math.isinf(v):
+        return f"{'-' if v < 0 else ''}std::numeric_limits<{ct}>::infinity()"
+    return f"{v.hex()}{'f' if ct == 'float' else ''}"
+
+
+def _node_text(e: Expr, names: dict) -> str:
+    """The C++ expression of op node ``e`` in its compute type (rounded for halves)."""
+    args = [names[id(a)] for a in e.args]
+    ct = COMPUTE_TYPES[e.dtype]
+    if e.op == "cast":
+        text = f"lx_cast<{ct}>({args[0]})"
+    else:
+        text = _TEMPLATES[e.op].format(*args)
+        if e.dtype.kind in "biu" and e.op in _WIDENING:
+            text = f"({ct}){text}"  # C++ promotes small integers to int
+    rnd = _ROUND.get(e.dtype)
+    return rnd.format(text) if rnd is not None else text
+
+
+# Integer results that C++ computes in a wider type.
+_WIDENING = {"add", "mul", "bitand", "bitor", "bitxor"}
+
+
+def _body(program: Program, scalar: tuple, load) -> tuple[list, list]:
+    """Statements computing every output of ``program`` at one element, and the
+    output values' names. ``load(k)`` is the C++ expression of input ``k``'s element."""
+    names, lines = {}, []
+    for k, e in enumerate(program.nodes):
+        if e.op == "input":
+            names[id(e)] = f"s{e.value}" if scalar[e.value] else f"a{e.value}"
+            continue
+        if e.op == "const":
+            names[id(e)] = _literal(e.value, e.dtype)
+            continue
+        names[id(e)] = f"v{k}"
+        lines.append(f"const {COMPUTE_TYPES[e.dtype]} v{k} = {_node_text(e, names)};")
+    loads = []
+    used = {e.value for e in program.nodes if e.op == "input"}
+    for k, d in enumerate(program.inputs):
+        if k in used and not scalar[k]:
+            loads.append(f"const {COMPUTE_TYPES[d]} a{k} = {_wrap(_LOAD, d, load(k))};")
+    return loads + lines, [names[id(o)] for o in program.outputs]
+
+
+def _wrap(table, d, text):
+    f = table.get(d)
+    return f.format(text) if f is not None else text
+
+
+def render(program: Program, scalar: tuple, header: str = "") -> str:
+    """The C++ source of ``program``'s kernel.
+
+    Args:
+        program: the fused program.
+        scalar: one bool per input: True for an input of one element (loaded once).
+        header: declarations to insert after the includes (the JIT's vector math).
+    Returns:
+        the source text; it exports ``lazyx_contiguous`` and ``lazyx_strided``.
+    """
+    n_in, n_out = len(program.inputs), len(program.outputs)
+    scalar = tuple(bool(s) for s in scalar)
+    if len(scalar) != n_in:
+        raise ValueError(f"scalar mask of {len(scalar)} entries for {n_in} inputs")
+    ptrs = []
+    for k, d in enumerate(program.inputs):
+        st = STORAGE_TYPES[d]
+        if scalar[k]:
+            ptrs.append(f"const {COMPUTE_TYPES[d]} s{k} = "
+                        f"{_wrap(_LOAD, d, f'*static_cast<const {st}*>(buf[{k}])')};")
+        else:
+            ptrs.append(f"const {st}* __restrict p{k} = static_cast<const {st}*>(buf[{k}]);")
+    for j, o in enumerate(program.outputs):
+        st = STORAGE_TYPES[o.dtype]
+        ptrs.append(f"{st}* __restrict o{j} = static_cast<{st}*>(buf[{n_in + j}]);")
+
+    def stores(results, index):
+        return [f"o{j}[{index}] = {_wrap(_STORE, o.dtype, r)};"
+                for j, (o, r) in enumerate(zip(program.outputs, results))]
+
+    body, results = _body(program, scalar, lambda k: f"p{k}[i]")
+    contiguous = _indent(ptrs, 1) + [
+        "  for (int64_t i = begin; i < end; ++i) {"] + _indent(body + stores(results, "i"), 2) + [
+        "  }"]
+
+    strided_inputs = [k for k in range(n_in) if not scalar[k]]
+    sbody, sresults = _body(program, scalar, lambda k: f"p{k}[q{k} + j * t{k}]")
+    offsets = [f"int64_t q{k} = 0;" for k in strided_inputs]
+    inner = [f"const int64_t t{k} = st[{k} * nd + nd - 1];" for k in strided_inputs]
+    advance = [f"q{k} += cnt * t{k};" for k in strided_inputs]
+    strided = _indent(ptrs, 1) + [
+        "  int64_t idx[LX_MAX_DIMS];",
+        "  int64_t r = begin;",
+        "  for (int d = nd - 1; d >= 0; --d) { idx[d] = r % shape[d]; r /= shape[d]; }",
+    ] + _indent(offsets, 1) + [
+        "  for (int d = 0; d < nd; ++d) {",
+    ] + _indent([f"q{k} += idx[d] * st[{k} * nd + d];" for k in strided_inputs], 2) + [
+        "  }",
+    ] + _indent(inner, 1) + [
+        "  const int64_t last = shape[nd - 1];",
+        "  for (int64_t i = begin; i < end;) {",
+        "    const int64_t cnt = std::min(last - idx[nd - 1], end - i);",
+        "    for (int64_t j = 0; j < cnt; ++j) {",
+    ] + _indent(sbody + stores(sresults, "i + j"), 3) + [
+        "    }",
+        "    i += cnt;",
+    ] + _indent(advance, 2) + [
+        "    idx[nd - 1] += cnt;",
+        # Carry into the outer dimensions; the last one's offset rewinds a full row.
+        "    for (int d = nd - 1; d > 0 && idx[d] == shape[d]; --d) {",
+        "      idx[d] = 0;",
+        "      idx[d - 1] += 1;",
+    ] + _indent([f"q{k} += st[{k} * nd + d - 1] - shape[d] * st[{k} * nd + d];"
+                 for k in strided_inputs], 3) + [
+        "    }",
+        "  }",
+    ]
+    rationals = "\n".join([_rational("lx_erf", _ERF_CLAMP, _ERF_P, _ERF_Q),
+                           _rational("lx_tanh", _TANH_CLAMP, _TANH_P, _TANH_Q)])
+    return "\n".join([
+        _PREAMBLE.replace("__LX_RATIONALS__", rationals).replace("__LX_HEADER__", header),
+        f"// program {program.digest}: {program.size} ops, {n_in} inputs, {n_out} outputs",
+        f"#define LX_MAX_DIMS {MAX_DIMS}",
+        "namespace {",
+        "void lx_contiguous(void* const* buf, int64_t begin, int64_t end) {",
+        *contiguous,
+        "}",
+        "void lx_strided(void* const* buf, const int64_t* shape, const int64_t* st, int nd,",
+        "                int64_t begin, int64_t end) {",
+        *strided,
+        "}",
+        "}  // namespace",
+        'extern "C" {',
+        "int lazyx_contiguous(void* const* buf, int64_t n, int threads) {",
+        "  try { lx_parallel(n, threads, [buf](int64_t b, int64_t e) { lx_contiguous(buf, b, e); }); }",
+        "  catch (...) { return 1; }",
+        "  return 0;",
+        "}",
+        "int lazyx_strided(void* const* buf, const int64_t* shape, const int64_t* st, int nd,",
+        "                  int64_t n, int threads) {",
+        "  if (nd < 1 || nd > LX_MAX_DIMS) return 2;",
+        "  try {",
+        "    lx_parallel(n, threads, [=](int64_t b, int64_t e) { lx_strided(buf, shape, st, nd, b, e); });",
+        "  } catch (...) { return 1; }",
+        "  return 0;",
+        "}",
+        "}",
+        "",
+    ])
+
+
+#: The most dimensions the strided path takes (after collapsing).
+MAX_DIMS = 32
+
+
+def _indent(lines, level):
+    pad = "  " * level
+    return [pad + ln for ln in lines]
