@@ -252,6 +252,11 @@ def _next_key() -> array:
     k = state[0]
     if k is _cached[0]:
         k0, k1 = _cached[1], _cached[2]
+    elif k._data is None and k._prim is not None:
+        # An unevaluated key (compile's inputs= captures the state): split in the graph.
+        keys = split(k)
+        state[0] = keys[0]
+        return keys[1]
     else:
         d = np.asarray(_check_key(k, "random"))
         k0, k1 = int(d[0]), int(d[1])

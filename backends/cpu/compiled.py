@@ -84,6 +84,8 @@ def _plan(program, inputs):
     if not jit.available():
         jit.warn_missing_compiler()
         return None
+    if len(inputs) + len(program.outputs) > jit.MAX_BUFFERS:
+        return None
     shapes = [x.shape for x in inputs]
     for x, d in zip(inputs, program.inputs):
         if x.dtype != d.np:

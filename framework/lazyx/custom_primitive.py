@@ -68,6 +68,7 @@ from .primitive import Primitive
 __all__ = ["custom_primitive", "CustomPrimitive", "PrimitiveOp", "register"]
 
 _PY_SCALARS = (bool, int, float, complex)
+_Dtype = _dt.Dtype
 _ndarray = np.ndarray
 _MISSING = object()
 
@@ -242,6 +243,7 @@ class PrimitiveOp:
         self._required = [p for p in params if defaults[p] is _MISSING]
         self._elementwise = elementwise
         self._promote = promote
+        self._binary = promote and len(inputs) == 2
         self._shape_rule = shape
         self._dtype_rule = dtype
         self._rules: dict = {}
@@ -251,6 +253,8 @@ class PrimitiveOp:
             "__qualname__": cls_name, "__doc__": f"The primitive of ``{self.__name__}``.",
             "_op": self, "differentiable": differentiable,
         })
+        if params:
+            self.primitive.__init__ = _make_init(params)
         if elementwise:
             self.primitive.vmap = _vmap_elementwise
         stream = inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None)
@@ -324,40 +328,63 @@ class PrimitiveOp:
                 for x, a in zip(ins, args))
         return ins, d
 
+    def _bind(self, kwargs: dict) -> dict:
+        """The parameters: the defaults updated with ``kwargs``, all of them given."""
+        if kwargs.keys() == self._defaults.keys():
+            return kwargs
+        kw = {**self._defaults, **kwargs}
+        if len(kw) != len(self._defaults):
+            unknown = sorted(set(kwargs) - set(self._defaults))
+            raise ArgumentError(f"{self.__name__} got unexpected keyword argument(s) "
+                                f"{unknown}; its parameters are {list(self._defaults)}.")
+        missing = [p for p in self._required if kw[p] is _MISSING]
+        if missing:
+            raise ArgumentError(f"{self.__name__} is missing the parameter(s) {missing}.")
+        return kw
+
     def __call__(self, *args, stream=None, **kwargs):
-        if kwargs:
-            kw = {**self._defaults, **kwargs}
-            if len(kw) != len(self._defaults):
-                unknown = sorted(set(kwargs) - set(self._defaults))
-                raise ArgumentError(f"{self.__name__} got unexpected keyword argument(s) "
-                                    f"{unknown}; its parameters are {list(self._defaults)}.")
+        kw = self._bind(kwargs) if kwargs or self._required else self._defaults
+        # The common cases without detours: two promoted inputs, an element-wise shape.
+        if self._binary and len(args) == 2:
+            a, b, d = binary_operands(args[0], args[1], stream)
+            ins = (a, b)
         else:
-            kw = self._defaults
-        if self._required:
-            missing = [p for p in self._required if kw[p] is _MISSING]
-            if missing:
-                raise ArgumentError(f"{self.__name__} is missing the parameter(s) {missing}.")
-        ins, d = self._operands(args, stream)
-        shapes = self._shapes([x._shape for x in ins], kw)
+            ins, d = self._operands(args, stream)
+        if self._shape_rule is None and self._elementwise:
+            n = len(ins)
+            shapes = ins[0]._shape if n == 1 else \
+                broadcast_shapes(ins[0]._shape, ins[1]._shape) if n == 2 else \
+                broadcast_shapes(*[x._shape for x in ins]) if n else ()
+        else:
+            shapes = self._shapes([x._shape for x in ins], kw)
         rule = self._dtype_rule
         if rule is not None:
-            dt = rule(*[x._dtype for x in ins], **kw)
+            d = rule(*[x._dtype for x in ins], **kw)
         elif d is None:
             raise ArgumentError(f"{self.__name__} has no array inputs: give it a dtype rule.")
-        else:
-            dt = d
-        prim = self.primitive(to_stream(stream), *kw.values())
+        prim = self.primitive(to_stream(stream), **kw)
         if type(shapes) is tuple:
-            dt = _dt.to_dtype(dt)
-            prim._dtypes = dt
-            return lazy(shapes, dt, prim, ins)
-        dts = [_dt.to_dtype(x) for x in dt] if type(dt) in (tuple, list) \
-            else [_dt.to_dtype(dt)] * len(shapes)
+            if type(d) is not _Dtype:
+                d = _dt.to_dtype(d)
+            prim._dtypes = d
+            return lazy(shapes, d, prim, ins)
+        dts = [_dt.to_dtype(x) for x in d] if type(d) in (tuple, list) \
+            else [_dt.to_dtype(d)] * len(shapes)
         if len(dts) != len(shapes):
             raise ArgumentError(f"The dtype rule of {self.primitive.name} gave {len(dts)} "
                                 f"dtypes for {len(shapes)} outputs.")
         prim._dtypes = tuple(dts)
         return lazy_multi(shapes, dts, prim, ins)
+
+
+def _make_init(params: list):
+    """``__init__(self, stream, *params)`` with one assignment per parameter: the
+    generic loop of ``Primitive.__init__`` costs a microsecond per node."""
+    body = "".join(f"\n    self.{p} = {p}" for p in params)
+    source = f"def __init__(self, stream, {', '.join(params)}):\n    self.stream = stream{body}\n"
+    namespace: dict = {}
+    exec(source, namespace)  # the names are identifiers: they come from a signature
+    return namespace["__init__"]
 
 
 def _split_signature(kernel, name: str):

@@ -38,8 +38,10 @@ def _walk(roots, names: dict) -> list:
     order: list = []
     where: dict = {}  # id(array) -> (node, output index)
 
+    # One node per application: the outputs of a multi-output primitive share a siblings
+    # tuple (primitive objects are not compared: two nodes may share one).
     def key(a):
-        return id(a._prim) if a._prim is not None else id(a)
+        return id(a._siblings) if a._siblings is not None else id(a)
 
     made: dict = {}
     for r in roots:

@@ -146,12 +146,13 @@ def _apply(module, info: PluginInfo) -> None:
         info.backends.append(backend.name)
     for backend_name, cls, fn in _call("lazyx_kernels", module) or ():
         key = (backend_name, cls)
-        if key in kernel_overrides:
-            other = kernel_overrides[key][1]
-            kernel_conflicts.setdefault(key, [other]).append(info)
-            warnings.warn(f"lazyx: {other.label} and {info.label} both override the kernel of "
-                          f"{cls.name} on backend {backend_name!r}; neither is used.",
-                          RuntimeWarning, stacklevel=3)
+        if key in kernel_overrides or key in kernel_conflicts:
+            # Neither override is used: resolve_kernel raises, naming every plugin.
+            owners = kernel_conflicts.get(key) or [kernel_overrides.pop(key)[1]]
+            kernel_conflicts[key] = owners + [info]
+            warnings.warn(f"lazyx: {' and '.join(o.label for o in kernel_conflicts[key])} each "
+                          f"override the kernel of {cls.name} on backend {backend_name!r}; "
+                          f"none is used.", RuntimeWarning, stacklevel=3)
         else:
             kernel_overrides[key] = (fn, info)
         info.kernels.append((backend_name, cls.name))

@@ -174,7 +174,18 @@ template <class To, class From> static inline To lx_cast(From x) {
   if constexpr (lx_cplx<From> && !lx_cplx<To>) return lx_cast<To>(x.real());
   else if constexpr (lx_cplx<To>) return To((float)x, 0.0f);
   else if constexpr (std::is_same_v<To, bool>) return x != From(0);
+  else if constexpr (std::is_floating_point_v<From> && std::is_unsigned_v<To>) {
+    // Through int64, as NumPy's casts go: -3.0 becomes 2**bits - 3, not saturated.
+    if constexpr (sizeof(To) == 8) return x < (From)9.2233720368547758e18 ? (To)(int64_t)x : (To)x;
+    else return (To)(int64_t)x;
+  }
   else return (To)x;
+}
+template <class To> static inline To lx_cast_bf16(float x) {
+  const float t = std::trunc(x);
+  const float lo = (float)std::numeric_limits<To>::min();
+  const float hi = 2.0f * (float)((To)1 << (sizeof(To) * 8 - 1 - std::is_signed_v<To>));
+  return (t >= lo && t < hi) ? (To)t : To(0);  // NaN fails both tests
 }
 template <class T> static inline bool lx_nz(T a) { return a != T(0); }
 
@@ -393,7 +404,9 @@ def _node_text(e: Expr, names: dict) -> str:
     args = [names[id(a)] for a in e.args]
     ct = COMPUTE_TYPES[e.dtype]
     if e.op == "cast":
-        text = f"lx_cast<{ct}>({args[0]})"
+        # ml_dtypes converts bfloat16 to integers out of range (or NaN) as 0.
+        f = "lx_cast_bf16" if e.args[0].dtype is dt.bfloat16 and e.dtype.kind in "iu" else "lx_cast"
+        text = f"{f}<{ct}>({args[0]})"
     else:
         text = _TEMPLATES[e.op].format(*args)
         if e.dtype.kind in "biu" and e.op in _WIDENING:

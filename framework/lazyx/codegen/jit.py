@@ -67,6 +67,7 @@ stats = {"compiled": 0, "disk": 0, "memory": 0}
 
 _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL] = {}
+_building: dict[str, threading.Lock] = {}
 _compilers: dict = {}
 
 
@@ -202,6 +203,8 @@ def build(source: str, extra_flags: tuple = (), python_api: bool = False) -> cty
         stats["memory"] += 1
         return lib
     with _lock:
+        lock = _building.setdefault(key, threading.Lock())
+    with lock:  # one build per kernel; different kernels build in parallel
         lib = _libraries.get(key)
         if lib is None:
             lib = _libraries[key] = _load_or_compile(key, source, tuple(extra_flags),
@@ -326,7 +329,7 @@ _SHIM = r"""// lazyx kernel-call shim (generated; see lazyx/codegen/jit.py)
 
 typedef int (*contiguous_fn)(void* const*, int64_t, int);
 typedef int (*strided_fn)(void* const*, const int64_t*, const int64_t*, int, int64_t, int);
-static const Py_ssize_t lx_max_buffers = 64;
+static const Py_ssize_t lx_max_buffers = 256;
 
 // The arrays are NumPy arrays (the caller checked): read their data addresses.
 static int lx_addresses(PyObject* arrays, void** out) {
@@ -361,7 +364,7 @@ extern "C" int lazyx_call_strided(void* fn, PyObject* arrays, const int64_t* lay
 """
 
 #: The most buffers (inputs and outputs) one call passes through the shim.
-MAX_BUFFERS = 64
+MAX_BUFFERS = 256
 
 _shim = None
 _shim_error: str | None = None

@@ -58,6 +58,7 @@ A pass may replace, remove or add nodes and slots, but keeps ``inputs``,
 
 from __future__ import annotations
 
+import builtins
 import functools
 import itertools
 import os
@@ -200,7 +201,8 @@ def _signature(leaves, shapeless: bool, where: str) -> tuple:
         if type(x) is _array or isinstance(x, _array):
             out.append((len(x._shape) if shapeless else x._shape, x._dtype))
         elif isinstance(x, _CONSTANT_TYPES):
-            out.append((type(x), x))
+            # NaN is not equal to itself: key it by its text so it finds its trace.
+            out.append((type(x), x) if x == x else (type(x), repr(x)))
         else:
             raise ArgumentError(
                 f"[compile] Function arguments must be trees of arrays or constants (None, "
@@ -493,6 +495,7 @@ def _make_runner(tape: Tape, bound: list, tables, checked: bool):
             lines.append(f"    _check(n{i}, [{', '.join(f's{s}' for s in outs)}], "
                          f"[{', '.join(f's{s}' for s in n.inputs)}], e{i}, d{i})")
         dead = [s for s in set(n.inputs) if last[s] == i and s not in outputs]
+        dead += [s for s in outs if s not in last and s not in outputs]  # never read
         if dead:
             lines.append(f"    del {', '.join(f's{s}' for s in sorted(dead))}")
     outs = tape.outputs
@@ -501,11 +504,8 @@ def _make_runner(tape: Tape, bound: list, tables, checked: bool):
     else:
         lines.append(f"    return ({''.join(f's{s}, ' for s in outs)})")
     code = "\n".join(lines)
-    exec(builtins_compile(code, f"<lazyx compiled plan {id(tape):#x}>", "exec"), ns)
+    exec(builtins.compile(code, f"<lazyx compiled plan {id(tape):#x}>", "exec"), ns)
     return ns["run"]
-
-
-builtins_compile = compile  # the built-in, before this module's compile shadows it
 
 
 def _check_node(node: TapeNode, outs, ins, shapes, dtypes) -> None:
@@ -820,9 +820,8 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
     state_in = inputs
     state_out = outputs
 
-    def trace(args, kwargs, leaves, treedef, key, state_leaves):
-        entry = _trace(fun, args, kwargs, leaves, treedef, state_in, state_out,
-                       state_leaves, shapeless)
+    def trace(leaves, treedef, has_kwargs, key):
+        entry = _trace(fun, leaves, treedef, has_kwargs, state_in, state_out, shapeless)
         cache.traces += 1
         entries[key] = entry
         return entry
@@ -866,7 +865,7 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
             key = (treedef, sig)
         entry = entries.get(key)
         if entry is None:
-            entry = trace(args, kwargs, leaves, treedef, key, state)
+            entry = trace(leaves, treedef, bool(kwargs), key)
             if simple and not kwargs and all(type(a) is _array for a in args):
                 fast[tuple(v for k in sig for v in k)] = entry
         else:
@@ -920,7 +919,7 @@ def _write_back(entry: _Entry, state_out, values) -> None:
         _assign(trees, path, v, "outputs")
 
 
-def _trace(fun, args, kwargs, leaves, treedef, state_in, state_out, state_leaves,
+def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
            shapeless: bool) -> _Entry:
     """Trace ``fun`` once on placeholders and build the entry of this signature."""
     new_leaves = list(leaves)
@@ -940,7 +939,7 @@ def _trace(fun, args, kwargs, leaves, treedef, state_in, state_out, state_leaves
     handles = [(ph._prim, ph._dtype) for ph in placeholders]
     _settings.tracing += 1
     try:
-        if kwargs:
+        if has_kwargs:
             a, kw = unflatten(treedef, new_leaves)
             out = fun(*a, **kw)
         else:
@@ -956,20 +955,14 @@ def _trace(fun, args, kwargs, leaves, treedef, state_in, state_out, state_leaves
             if still:
                 c[path[-1]] = x
     out_leaves, out_def = flatten(out)
-    returned = []
-    template = None
-    for k, (x, p) in enumerate(zip(out_leaves, leaf_paths(out_def))):
-        if isinstance(x, _array):
-            returned.append(x)
-        elif x is None:
-            if template is None:
-                template = [_ARRAY] * len(out_leaves)
-            template[k] = None
-        else:
+    for x, p in zip(out_leaves, leaf_paths(out_def)):
+        if x is not None and not isinstance(x, _array):
             raise ArgumentError(f"[compile] The function must return arrays or trees of arrays "
                                 f"(None allowed); output{p} is {describe(x)}.")
-    if template is not None:
-        template = [_ARRAY if isinstance(x, _array) else None for x in out_leaves]
+    returned = [x for x in out_leaves if x is not None]
+    # With None among the outputs, a template says where the arrays go.
+    template = None if len(returned) == len(out_leaves) else \
+        [None if x is None else _ARRAY for x in out_leaves]
     state_paths = []
     state_arrays = []
     state_defs = None
@@ -990,4 +983,4 @@ def _trace(fun, args, kwargs, leaves, treedef, state_in, state_out, state_leaves
 def _copy(tape: Tape) -> Tape:
     return Tape([TapeNode(n.prim, n.inputs, n.outputs) for n in tape.nodes], list(tape.inputs),
                 list(tape.outputs), dict(tape.constants), list(tape.shapes), list(tape.dtypes),
-                tape.shapeless)
+                tape.shapeless, tape.custom)

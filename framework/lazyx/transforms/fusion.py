@@ -19,7 +19,8 @@ group's :class:`~lazyx.codegen.ir.Program`. The rules:
   loaded). A node of another shape starts another group.
 * **Maximal runs.** Nodes are visited from the tape's end: a fusible node joins
   the group of one of its consumers when the bounds allow, else starts a group.
-  Non-fusible nodes split runs.
+  Non-fusible nodes split runs. Then groups of one shape that read a common
+  input merge (sibling fusion: the input is read once).
 * **Materialised outputs.** A grouped node whose value is used outside its
   group (by another node or as a tape output) becomes an output of the fused
   node, so multi-output kernels compute shared work once. A node joins a group
@@ -220,13 +221,17 @@ class _Group:
         self.n_outputs = 0
 
 
-def fuse_elementwise(tape, force: bool = False):
+def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
+                     max_outputs: int = MAX_OUTPUTS, max_ops: int = MAX_OPS,
+                     min_ops: int = MIN_OPS):
     """Replace maximal runs of fusible element-wise nodes of ``tape`` by ``Compiled`` nodes.
 
     Args:
         tape: a :class:`lazyx.transforms.compile.Tape` (changed in place).
         force: fuse even when the active backend has no native kernel for
             ``Compiled`` or there is no compiler (tests use it).
+        max_inputs, max_outputs, max_ops, min_ops: the bounds of a group (the
+            module's constants by default).
     Returns:
         the tape.
     """
@@ -234,7 +239,7 @@ def fuse_elementwise(tape, force: bool = False):
         return tape
     nodes = tape.nodes
     n = len(nodes)
-    if n < MIN_OPS:
+    if n < min_ops:
         return tape
     shapes, dtypes = tape.shapes, tape.dtypes
     producer = {}
@@ -263,10 +268,10 @@ def fuse_elementwise(tape, force: bool = False):
 
     group: list = [None] * n
 
-    def cycles(i, g) -> bool:
-        """Whether node ``i`` joining group ``g`` would make a cycle of groups: some
-        consumer of ``i`` outside ``g`` reaches ``g`` (groups count as one node)."""
-        stack = [c for c in consumers[i] if group[c] is not g]
+    def reaches(starts, g) -> bool:
+        """Whether a path from nodes ``starts`` reaches group ``g`` (groups count as one
+        node: reaching a member continues from every member)."""
+        stack = list(starts)
         seen = set()
         while stack:
             u = stack.pop()
@@ -287,6 +292,14 @@ def fuse_elementwise(tape, force: bool = False):
                         stack.extend(consumers[m])
         return False
 
+    def cycles(i, g) -> bool:
+        """Whether node ``i`` joining group ``g`` would make a cycle of groups: some
+        consumer of ``i`` outside ``g`` reaches ``g``."""
+        return reaches([c for c in consumers[i] if group[c] is not g], g)
+
+    def leaving(g) -> list:
+        return [c for m in g.members for c in consumers[m] if group[c] is not g]
+
     for i in range(n - 1, -1, -1):
         if not fusible[i]:
             continue
@@ -298,11 +311,11 @@ def fuse_elementwise(tape, force: bool = False):
             g = group[c]
             if g is None or g is chosen or g.shape != shape or g.stream != nd.prim.stream:
                 continue
-            if len(g.members) >= MAX_OPS:
+            if len(g.members) >= max_ops:
                 continue
-            if len((g.inputs - set(nd.outputs)) | ext) > MAX_INPUTS:
+            if len((g.inputs - set(nd.outputs)) | ext) > max_inputs:
                 continue
-            if g.n_outputs + _outputs_added(nd, consumers[i], group, g, tape_outputs) > MAX_OUTPUTS:
+            if g.n_outputs + _outputs_added(nd, consumers[i], group, g, tape_outputs) > max_outputs:
                 continue
             if cycles(i, g):
                 continue
@@ -315,9 +328,35 @@ def fuse_elementwise(tape, force: bool = False):
         chosen.members.append(i)
         group[i] = chosen
 
+    # Sibling fusion: groups of one shape that read a common input merge, so that the
+    # input is read once and one kernel runs instead of several.
+    groups = list({id(g): g for g in group if g is not None}.values())
+    readers: dict = {}
+    for g in groups:
+        for s in g.inputs:
+            readers.setdefault(s, []).append(g)
+    for gs in readers.values():
+        for k, base in enumerate(gs):
+            if not base.members:
+                continue
+            for other in gs[k + 1:]:
+                if other is base or not other.members or other.shape != base.shape \
+                        or other.stream != base.stream \
+                        or len(base.members) + len(other.members) > max_ops \
+                        or base.n_outputs + other.n_outputs > max_outputs \
+                        or len(base.inputs | other.inputs) > max_inputs \
+                        or reaches(leaving(base), other) or reaches(leaving(other), base):
+                    continue
+                for m in other.members:
+                    group[m] = base
+                base.members += other.members
+                base.inputs |= other.inputs
+                base.n_outputs += other.n_outputs
+                other.members = []
+
     replaced = {}
     for g in {id(g): g for g in group if g is not None}.values():
-        if len(g.members) < MIN_OPS:
+        if len(g.members) < min_ops:
             continue
         node = _fused_node(tape, g, consumers, group, tape_outputs, scalars)
         if node is None:
@@ -442,7 +481,7 @@ def _reorder(tape, nodes, replaced) -> list:
 
 
 # -- lazy graphs ------------------------------------------------------------------------
-def fuse_arrays(outputs, inputs=(), force: bool = False) -> list:
+def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     """The arrays ``outputs`` computed by a graph whose element-wise runs are fused.
 
     A standalone entry to the pass for lazy graphs (``compile`` uses
@@ -453,6 +492,8 @@ def fuse_arrays(outputs, inputs=(), force: bool = False) -> list:
         outputs: unevaluated arrays.
         inputs: evaluated arrays that stand for varying inputs.
         force: fuse even without a native backend kernel or a compiler.
+        bounds: ``max_inputs``, ``max_outputs``, ``max_ops``, ``min_ops`` (see
+            :func:`fuse_elementwise`).
     Returns:
         new arrays with the same values as ``outputs``.
     """
@@ -486,7 +527,7 @@ def fuse_arrays(outputs, inputs=(), force: bool = False) -> list:
             out_slots.append(s)
         tape.nodes.append(TapeNode(a._prim, ins, tuple(out_slots)))
     tape.outputs = [slot_of(o) if id(o) not in slot else slot[id(o)] for o in outputs]
-    fuse_elementwise(tape, force=force)
+    fuse_elementwise(tape, force=force, **bounds)
     vals = dict(leaves)
     for nd in tape.nodes:
         ins = tuple(vals[s] for s in nd.inputs)

@@ -2,7 +2,9 @@
 
 ``TraceInput`` (a primal's handle in ``vjp``/``jvp``/``grad``), ``Placeholder``
 (a mapped argument while ``vmap`` traces), ``CustomTransforms`` (one call of a
-``custom_function`` or ``checkpoint``) and ``Depends`` (an ordering edge) are
+``custom_function`` or ``checkpoint``), ``Depends`` (an ordering edge),
+``CompiledCall`` (one call of a compiled function: its whole plan in one node)
+and ``CompileInput`` (an argument while ``compile`` traces) are
 nodes of the graph like any op's, so they are registered through lazyx's own
 entry point: ``lazyx info`` lists them, and the registry-wide tests check
 their shape rules, kernels and transform rules.
@@ -20,10 +22,11 @@ import lazyx.core as mx
 
 from ..hookspecs import hookimpl
 from .autodiff import TraceInput
+from .compile import CompiledCall, CompileInput
 from .custom import CustomTransforms, Depends, custom_function, depends
 from .vmap import Placeholder
 
-PRIMITIVES = [TraceInput, Placeholder, CustomTransforms, Depends]
+PRIMITIVES = [TraceInput, Placeholder, CustomTransforms, Depends, CompiledCall, CompileInput]
 
 
 @hookimpl
@@ -82,6 +85,15 @@ def _with_rules_vmap(inputs, axes):
     return _with_rules(x, y), 0
 
 
+_compiled = mx.compile(lambda x, y: mx.multiply(mx.sin(x), mx.exp(y)) + x)
+
+
+def _compiled_in_vmap(x):
+    # vmap traces its function, so the compiled function is traced too: its
+    # CompileInput placeholders are part of what vmap replays.
+    return mx.vmap(lambda y: _compiled(y, mx.cos(y)))(x)
+
+
 def _depends(x, y):
     return depends([mx.sin(x), mx.multiply(y, 2.0)], [mx.exp(y)])
 
@@ -96,4 +108,6 @@ def lazyx_examples():
         (CustomTransforms, lambda: (_with_rules, [x, y])),
         (CustomTransforms, lambda: (mx.checkpoint(_vmapped), [x])),
         (Depends, lambda: (_depends, [x, y])),
+        (CompiledCall, lambda: (_compiled, [x, y])),
+        (CompileInput, lambda: (_compiled_in_vmap, [x])),
     ]

@@ -1,0 +1,98 @@
+"""The fusible primitives of the registry and how to make a node of each (shared by the
+codegen tests).
+
+A primitive is fusible when it declares ``to_expression``. Element-wise family
+members are made with their op function (``cls._op``); the others are listed in
+:data:`MAKERS`. A fusible primitive that is in neither fails the registry walk,
+naming itself, so a plugin's fusible primitive cannot go untested.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import lazyx.core as mx
+from helpers import ALL_DTYPES, random_array
+from lazyx import registry
+from lazyx.errors import DtypeError
+
+# Input data by role: ``x`` for every operand, ``y`` for second operands. One
+# input for all ops keeps every node of a dtype in one fused kernel (sibling
+# fusion), so the walk compiles one kernel per dtype; ops with a narrower domain
+# (log, erfinv) get NaN on part of it in both paths.
+DOMAINS = {"x": (-4.0, 4.0), "y": (-4.0, 4.0)}
+
+
+def _astype_makers():
+    return [(f"to {d.name}", (lambda d: lambda x: mx.astype(x, d))(d), ("x",)) for d in ALL_DTYPES]
+
+
+#: name -> [(label, function of arrays, roles of its arguments)]
+MAKERS = {
+    "AsType": _astype_makers,
+    "Round": lambda: [("0", lambda x: mx.round(x), ("x",)),
+                      ("2", lambda x: mx.round(x, 2), ("x",)),
+                      ("-1", lambda x: mx.round(mx.multiply(x, 30), -1), ("x",))],
+    # round(x) / round(x / 2): NaN (0 / 0), +-inf (n / 0) and finite values.
+    "NanToNum": lambda: [("inf and nan", lambda x: mx.nan_to_num(
+        mx.divide(mx.round(x), mx.round(mx.multiply(x, 0.5))), 1.5, 100.0, -100.0), ("x",))],
+    "IsClose": lambda: [("default", lambda a, b: mx.isclose(a, mx.add(a, mx.multiply(b, 1e-6))),
+                         ("x", "y")),
+                        ("loose", lambda a, b: mx.isclose(a, b, 0.5, 0.25, equal_nan=True),
+                         ("x", "y"))],
+    "DivMod": lambda: [("divmod", lambda a, b: mx.divmod(a, b), ("x", "y"))],
+    "Select": lambda: [("where", lambda a, b: mx.where(mx.greater(a, b), a, b), ("x", "y"))],
+    "StopGradient": lambda: [("id", lambda x: mx.stop_gradient(mx.abs(x)), ("x",))],
+    "Imag": lambda: [("imag", lambda x: mx.imag(x), ("x",))],
+}
+
+
+def declares(cls) -> bool:
+    return callable(getattr(cls, "to_expression", None))
+
+
+def fusible_primitives() -> list:
+    return sorted((c for c in registry.primitives if declares(c)),
+                  key=lambda c: (registry.primitives[c].name, c.name))
+
+
+def makers(cls) -> list:
+    """``[(label, fn, roles)]`` for primitive class ``cls`` (empty: no way to make one)."""
+    if cls.name in MAKERS:
+        return MAKERS[cls.name]()
+    op = getattr(cls, "_op", None)
+    if op is None:
+        return []
+    from lazyx.plugins.elementwise import Binary, Ternary, Unary
+    if issubclass(cls, Unary):
+        return [(cls.name, op, ("x",))]
+    if issubclass(cls, Binary):
+        return [(cls.name, op, ("x", "y"))]
+    if issubclass(cls, Ternary):
+        return []
+    return []
+
+
+def inputs_for(dtype, shape=(8, 33), seed=0) -> dict:
+    """NumPy data for each role, of ``dtype``."""
+    gen = np.random.default_rng(seed)
+    out = {}
+    for role, (lo, hi) in DOMAINS.items():
+        out[role] = random_array(shape, dtype, gen, lo, hi)
+    return out
+
+
+def build(cls, arrays: dict) -> list:
+    """``[(label, outputs)]``: nodes of ``cls`` made on ``arrays`` (lazyx arrays by role);
+    dtypes the op refuses are left out, as are calls that return an input unchanged."""
+    out = []
+    for label, fn, roles in makers(cls):
+        try:
+            y = fn(*[arrays[r] for r in roles])
+        except DtypeError:
+            continue
+        ys = list(y) if isinstance(y, (list, tuple)) else [y]
+        if any(o._prim is None or o._data is not None for o in ys):
+            continue
+        out.append((label, ys))
+    return out
