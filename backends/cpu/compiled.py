@@ -23,6 +23,7 @@ import os
 
 import numpy as np
 
+from lazyx.arguments import broadcast_shapes
 from lazyx.codegen import cpp, jit
 from lazyx.errors import KernelOutputError
 from lazyx.transforms.fusion import interpret
@@ -90,7 +91,7 @@ def _plan(program, inputs):
     for x, d in zip(inputs, program.inputs):
         if x.dtype != d.np:
             return None
-    shape = np.broadcast_shapes(*shapes) if shapes else ()
+    shape = broadcast_shapes(*shapes) if shapes else ()
     p = _Plan()
     p.shape = shape
     p.size = int(np.prod(shape, dtype=np.int64))

@@ -3,8 +3,10 @@ codegen tests).
 
 A primitive is fusible when it declares ``to_expression``. Element-wise family
 members are made with their op function (``cls._op``); the others are listed in
-:data:`MAKERS`. A fusible primitive that is in neither fails the registry walk,
-naming itself, so a plugin's fusible primitive cannot go untested.
+:data:`MAKERS`; any other (a plugin's) is made with the examples its plugin
+registers for the transform test (``lazyx_examples``), on floating dtypes. A
+fusible primitive with none of these fails the registry walk, naming itself,
+so a plugin's fusible primitive cannot go untested.
 """
 
 from __future__ import annotations
@@ -61,16 +63,17 @@ def makers(cls) -> list:
     if cls.name in MAKERS:
         return MAKERS[cls.name]()
     op = getattr(cls, "_op", None)
-    if op is None:
-        return []
-    from lazyx.plugins.elementwise import Binary, Ternary, Unary
-    if issubclass(cls, Unary):
+    from lazyx.plugins.elementwise import Binary, Unary
+    if op is not None and issubclass(cls, Unary):
         return [(cls.name, op, ("x",))]
-    if issubclass(cls, Binary):
+    if op is not None and issubclass(cls, Binary):
         return [(cls.name, op, ("x", "y"))]
-    if issubclass(cls, Ternary):
-        return []
-    return []
+    # Arguments given as NumPy data are converted to the walk's (floating) dtype.
+    out = []
+    for k, (make, info) in enumerate(registry.examples().get(cls, ())):
+        fn, args = make()[:2]
+        out.append((f"example {k} of {info.name}", fn, tuple(np.asarray(a) for a in args)))
+    return out
 
 
 def inputs_for(dtype, shape=(8, 33), seed=0) -> dict:
@@ -86,9 +89,12 @@ def build(cls, arrays: dict) -> list:
     """``[(label, outputs)]``: nodes of ``cls`` made on ``arrays`` (lazyx arrays by role);
     dtypes the op refuses are left out, as are calls that return an input unchanged."""
     out = []
+    dtype = arrays["x"].dtype
     for label, fn, roles in makers(cls):
+        if any(not isinstance(r, str) for r in roles) and dtype.kind != "f":
+            continue
         try:
-            y = fn(*[arrays[r] for r in roles])
+            y = fn(*[arrays[r] if isinstance(r, str) else mx.array(r, dtype=dtype) for r in roles])
         except DtypeError:
             continue
         ys = list(y) if isinstance(y, (list, tuple)) else [y]

@@ -128,7 +128,8 @@ def test_bfloat16_conversions_match_ml_dtypes_bit_for_bit():
     bs, fs = np.resize(every, n), np.resize(xs, n)
     up, down = np.empty(n, np.float32), np.empty(n, ml_dtypes.bfloat16)
     _call(lib, bs, fs, up, down)
-    want_up, want_down = bs.astype(np.float32), fs.astype(ml_dtypes.bfloat16)
+    with np.errstate(all="ignore"):
+        want_up, want_down = bs.astype(np.float32), fs.astype(ml_dtypes.bfloat16)
     nan = np.isnan(want_up)
     np.testing.assert_array_equal(up.view(np.uint32)[~nan], want_up.view(np.uint32)[~nan])
     nan = np.isnan(want_down.astype(np.float32))
@@ -147,7 +148,7 @@ def test_float32_erf_and_tanh_are_accurate_everywhere():
     ref_tanh = np.tanh(xs.astype(np.float64))
     np.testing.assert_allclose(erf, ref_erf, rtol=1e-6, atol=1e-30)
     np.testing.assert_allclose(tanh, ref_tanh, rtol=1e-6, atol=1e-30)
-    assert np.abs(erf).max() == 1.0 and np.abs(tanh).max() == 1.0
+    assert np.nanmax(np.abs(erf)) == 1.0 and np.nanmax(np.abs(tanh)) == 1.0
 
 
 # -- layouts: the contiguous and strided paths -------------------------------------------
@@ -222,9 +223,10 @@ def test_collapsed_layouts_are_cached_per_strides(paths):
 
 
 def test_too_many_dimensions_after_merging_fall_back_to_the_reference(paths):
-    # Alternating broadcast dimensions cannot merge: 40 of them exceed the strided path.
-    xs = (2, 1) * 20
-    ys = (1, 2) * 20
+    # Alternating broadcast dimensions cannot merge: 18 of them exceed the strided path.
+    assert cpp.MAX_DIMS < 18
+    xs = (2, 1) * 9
+    ys = (1, 2) * 9
     gen = rng(5)
     xd, yd = random_array(xs, f32, gen), random_array(ys, f32, gen)
     (out,) = run_program(_axpy_program(), to_lazyx(xd), to_lazyx(yd))

@@ -32,6 +32,7 @@ import math
 
 from .. import dtypes as dt
 from .ir import Expr, Program
+from .jit import PREAMBLE_END
 
 __all__ = ["render", "COMPUTE_TYPES", "STORAGE_TYPES"]
 
@@ -516,6 +517,7 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
                            _rational("lx_tanh", _TANH_CLAMP, _TANH_P, _TANH_Q)])
     return "\n".join([
         _PREAMBLE.replace("__LX_RATIONALS__", rationals).replace("__LX_HEADER__", header),
+        PREAMBLE_END.rstrip("\n"),
         f"// program {program.digest}: {program.size} ops, {n_in} inputs, {n_out} outputs",
         f"#define LX_MAX_DIMS {MAX_DIMS}",
         "namespace {",
@@ -546,8 +548,9 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
     ])
 
 
-#: The most dimensions the strided path takes (after collapsing).
-MAX_DIMS = 32
+#: The most dimensions the strided path takes (after merging; more is beyond any real
+#: layout: 17 dimensions that cannot merge hold at least 2**17 elements).
+MAX_DIMS = 16
 
 
 def _indent(lines, level):

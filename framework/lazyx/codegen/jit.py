@@ -230,17 +230,87 @@ def _load_or_compile(key: str, source: str, extra: tuple, loader) -> ctypes.CDLL
     src_path = folder / f"lx_{key}.cpp"
     _write_atomically(src_path, source.encode())
     tmp = folder / f".lx_{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so"
-    cmd = [*cc[0], *FLAGS, *extra, str(src_path), "-o", str(tmp), *_link_flags()]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        if out.returncode != 0:
-            raise KernelCompileError(_error_message(cc, src_path, out.stderr or out.stdout))
+        ok = False
+        prefix, sep, body = source.partition(PREAMBLE_END)
+        header = _precompiled_header(prefix, cc, extra) if sep else None
+        if header is not None:
+            # The shared preamble comes precompiled: the kernel's own part compiles alone.
+            body_path = folder / f"lx_{key}.body.cpp"
+            _write_atomically(body_path, body.encode())
+            out = _run([*cc[0], *FLAGS, *extra, "-include", str(header), str(body_path),
+                        "-o", str(tmp), *_link_flags()])
+            ok = out.returncode == 0
+            body_path.unlink(missing_ok=True)
+        if not ok:
+            out = _run([*cc[0], *FLAGS, *extra, str(src_path), "-o", str(tmp), *_link_flags()])
+            if out.returncode != 0:
+                raise KernelCompileError(_error_message(cc, src_path, out.stderr or out.stdout))
         os.replace(tmp, lib_path)
     finally:
         if tmp.exists():
             tmp.unlink()
     stats["compiled"] += 1
     return loader(str(lib_path))
+
+
+def _run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+#: The line a source's shared preamble ends with (what a precompiled header holds).
+PREAMBLE_END = "// ---- end of the shared preamble ----\n"
+_headers: dict = {}
+
+
+def _precompiled_header(prefix: str, cc, extra: tuple):
+    """The path of a header holding ``prefix`` whose precompiled form (GCC's ``.gch``)
+    sits beside it, built once per preamble, compiler and flags; None when the compiler
+    is not GCC or the build fails (the full source is compiled instead). Compiling the
+    standard headers and the helpers is about half of a kernel's build time."""
+    key = _key(prefix, ("-x", "c++-header", *extra))
+    got = _headers.get(key)
+    if got is not None:
+        return got or None
+    _headers[key] = False
+    if not _is_gcc(cc):
+        return None
+    folder = cache_dir()
+    header = folder / f"lx_pre_{key}.h"
+    gch = folder / f"lx_pre_{key}.h.gch"
+    if not gch.exists():
+        _write_atomically(header, prefix.encode())
+        tmp = folder / f".lx_pre_{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.gch"
+        try:
+            flags = [f for f in FLAGS if f != "-shared"]
+            out = _run([*cc[0], *flags, *extra, "-x", "c++-header", str(header), "-o", str(tmp)])
+            if out.returncode != 0:
+                return None
+            os.replace(tmp, gch)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    elif not header.exists():
+        _write_atomically(header, prefix.encode())
+    _headers[key] = header
+    return header
+
+
+_gcc: dict = {}
+
+
+def _is_gcc(cc) -> bool:
+    """Whether the compiler is GCC (whose precompiled headers :func:`build` uses)."""
+    got = _gcc.get(cc[0][0])
+    if got is None:
+        try:
+            out = subprocess.run([*cc[0], "-dM", "-E", "-x", "c++", os.devnull],
+                                 capture_output=True, text=True, timeout=60)
+            macros = out.stdout
+        except (OSError, subprocess.SubprocessError):
+            macros = ""
+        got = _gcc[cc[0][0]] = "__GNUC__" in macros and "__clang__" not in macros
+    return got
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -501,6 +501,7 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     tape = Tape()
     slot: dict = {}
     leaves: dict = {}   # slot -> the evaluated array it stands for
+    original: dict = {}  # slot -> the array of the graph it stands for
     keep = []
     is_input = {id(x) for x in inputs}
 
@@ -524,6 +525,7 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
         for o in outs:
             s = slot[id(o)] = tape.new_slot(o._shape, o._dtype)
             keep.append(o)
+            original[s] = o
             out_slots.append(s)
         tape.nodes.append(TapeNode(a._prim, ins, tuple(out_slots)))
     tape.outputs = [slot_of(o) if id(o) not in slot else slot[id(o)] for o in outputs]
@@ -531,6 +533,13 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     vals = dict(leaves)
     for nd in tape.nodes:
         ins = tuple(vals[s] for s in nd.inputs)
+        olds = [original.get(s) for s in nd.outputs]
+        if olds[0] is not None and olds[0]._prim is nd.prim and \
+                all(x is y for x, y in zip(ins, olds[0]._inputs)):
+            # Untouched by fusion: the same arrays (transforms know some by identity).
+            for s, o in zip(nd.outputs, olds):
+                vals[s] = o
+            continue
         if len(nd.outputs) == 1:
             s = nd.outputs[0]
             vals[s] = lazy(tape.shapes[s], tape.dtypes[s], nd.prim, ins)

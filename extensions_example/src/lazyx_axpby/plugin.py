@@ -1,0 +1,47 @@
+"""lazyx-axpby's plugin: what it registers with lazyx, found through the entry point
+
+    [project.entry-points.lazyx]
+    axpby = "lazyx_axpby.plugin"
+
+so ``lazyx.core.ext.axpby`` exists as soon as ``lazyx.core`` is imported, without
+importing this package.
+"""
+
+from __future__ import annotations
+
+from lazyx import hookimpl
+from lazyx.transforms.examples import example, uniform
+
+from .kernels import reference_kernel
+from .ops import Axpby, axpby
+
+
+@hookimpl
+def lazyx_primitives():
+    return [Axpby]
+
+
+@hookimpl
+def lazyx_ops():
+    return {"ext.axpby": axpby}
+
+
+@hookimpl
+def lazyx_kernels():
+    # The NumPy-only backend runs NumPy: the reference the C++ kernel is checked against.
+    return [("cpu-reference", Axpby, reference_kernel)]
+
+
+def _broadcasting(x, y):
+    return axpby(x, y, 1.5, -0.75)
+
+
+def _scaled_sum(x, y):
+    return axpby(x, y, -2.0, 0.5)
+
+
+@hookimpl
+def lazyx_examples():
+    # For lazyx's registry-wide check of vjp, jvp and vmap.
+    return [(Axpby, example(_broadcasting, uniform((2, 3)), uniform((3,)))),
+            (Axpby, example(_scaled_sum, uniform((2, 1)), uniform((2, 4))))]
