@@ -10,7 +10,9 @@ Run from the repository root::
 GB/s counts one read of the input and one write of the output (8 bytes per
 element). Each column is timed producing an evaluated result (lazyx and MLX
 evaluate, JAX blocks until ready); inputs are made and evaluated first, and
-every column's result is checked against NumPy in float64.
+every column's result is checked against NumPy in float64. The columns show
+medians; JAX's times are bimodal on the 2-core VM (most calls several times
+slower than its best), so its median is far below its best.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.timing import compare, machine_load  # noqa: E402
+from benchmarks.timing import compare, machine_load, samples  # noqa: E402
 
 N = 1 << 22
 C = math.sqrt(2 / math.pi)
@@ -124,10 +126,14 @@ def main(budget_s: float = 3.0):
         ref = _reference(name, x_np)
         for col, (_, result) in cols.items():
             got = result().astype(np.float64)
-            err = np.max(np.abs(got - ref) / (np.abs(ref) + 1e-6))
-            assert err < 1e-3, f"{col} {name}: relative error {err}"
+            # float32 results, within 1e-3 relative or 1e-5 absolute (1 + erf(x) cancels
+            # for very negative x: float32 erf's absolute error shows there).
+            err = np.max(np.abs(got - ref) / (1e-3 * np.abs(ref) + 1e-5))
+            assert err <= 1, f"{col} {name}: error {err} (1 is the tolerance)"
         runs = {"NumPy copy": lambda: np.copy(x_np), "NumPy copyto": lambda: np.copyto(out, x_np)}
         runs.update({col: run for col, (run, _) in cols.items()})
+        for run in runs.values():  # JAX runs slowly for its first few dozen calls
+            samples(run, budget_s=0.5, min_repeats=20)
         times = compare(runs, budget_s=budget_s)
         copy = min(times["NumPy copy"], times["NumPy copyto"])
         rows.append((name, {c: t for c, t in times.items() if not c.startswith("NumPy")}, copy))

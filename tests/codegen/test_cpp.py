@@ -215,7 +215,7 @@ def test_collapsed_layouts_are_cached_per_strides(paths):
     for _ in range(2):
         (out,) = run_program(p, to_lazyx(xd), to_lazyx(yd))
         assert_close(out, xd.astype(np.float64) * yd + xd, f32)
-    plan = compiled._plans[(p, ((6, 8), (8,)))]
+    plan = compiled._plans[(id(p), ((6, 8), (8,)))]
     assert len(plan.layouts) == 1
     # Merging leaves the row-broadcast as two dimensions.
     (layout, nd), = plan.layouts.values()
@@ -250,10 +250,13 @@ def test_threads_split_loops_of_any_length(how, monkeypatch):
 def test_large_loops_use_threads():
     x = ir.input(0, f32)
     p = ir.Program([f32], [ir.apply("exp", ir.apply("neg", x))])
-    xd = random_array((1 << 18,), f32, rng(6))
+    xd = random_array((1 << 20,), f32, rng(6))
     (out,) = run_program(p, to_lazyx(xd))
     assert_close(out, np.exp(-xd.astype(np.float64)), f32)
-    assert compiled._plans[(p, ((1 << 18,),))].parallel
+    assert compiled._plans[(id(p), ((1 << 20,),))].parallel
+    xd = random_array((1 << 12,), f32, rng(6))
+    run_program(p, to_lazyx(xd))
+    assert not compiled._plans[(id(p), ((1 << 12,),))].parallel
 
 
 def test_a_program_runs_on_the_reference_backend_by_interpretation(monkeypatch):
@@ -276,3 +279,12 @@ def test_multiple_outputs_of_mixed_dtypes():
     assert_close(a, xd // 3, mx.int32)
     assert_close(b, xd // 3 < 0, mx.bool_)
     assert_close(c, (xd // 3).astype(np.float16), mx.float16)
+
+
+@pytest.mark.parametrize("how", ["contiguous", "transposed"])
+def test_without_the_call_shim_kernels_are_called_through_ctypes(how, monkeypatch, paths):
+    monkeypatch.setattr(jit, "shim", lambda: None)
+    xd, yd = random_array((5, 6), f32, rng(10)), random_array((5, 6), f32, rng(11))
+    (out,) = run_program(_axpy_program(), _view(xd, how), to_lazyx(yd))
+    assert_close(out, xd.astype(np.float64) * yd + xd, f32)
+    assert paths["contiguous" if how == "contiguous" else "strided"] == 1

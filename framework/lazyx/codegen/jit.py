@@ -18,9 +18,10 @@ same kernel at once both end with a complete library, never a torn one.
 same source again is a dictionary hit.
 
 **Calls.** Reading a NumPy array's data address from Python costs about a
-microsecond per array; a small shim library (built once, like a kernel) takes
-the arrays themselves and calls the kernel with their addresses, releasing the
-GIL while it runs. Without Python's headers the addresses are read in Python.
+microsecond per array, and a ctypes call about as much; a small shim (a Python
+extension module built once, like a kernel) takes the arrays themselves and
+calls the kernel with their addresses, releasing the GIL around large loops.
+Without Python's headers the addresses are read in Python and ctypes calls.
 """
 
 from __future__ import annotations
@@ -184,14 +185,14 @@ def _key(source: str, extra: tuple = ()) -> str:
     return h.hexdigest()[:20]
 
 
-def build(source: str, extra_flags: tuple = (), python_api: bool = False) -> ctypes.CDLL:
+def build(source: str, extra_flags: tuple = (), loader=ctypes.CDLL):
     """The loaded shared library compiled from ``source`` (cached in memory and on disk).
 
     Args:
         source: C++ source text.
         extra_flags: more compiler flags (include folders, defines); part of the cache key.
-        python_api: the library calls Python's C API: its functions are called with
-            the GIL held (``ctypes.PyDLL``) instead of released (``ctypes.CDLL``).
+        loader: how to load the built file (``ctypes.CDLL`` by default; a function of
+            the path for other kinds, such as a Python extension module).
     Raises:
         KernelCompileError: the compiler failed; the message has the source's path
             and the compiler's first error lines.
@@ -207,14 +208,13 @@ def build(source: str, extra_flags: tuple = (), python_api: bool = False) -> cty
     with lock:  # one build per kernel; different kernels build in parallel
         lib = _libraries.get(key)
         if lib is None:
-            lib = _libraries[key] = _load_or_compile(key, source, tuple(extra_flags),
-                                                     ctypes.PyDLL if python_api else ctypes.CDLL)
+            lib = _libraries[key] = _load_or_compile(key, source, tuple(extra_flags), loader)
         else:
             stats["memory"] += 1
     return lib
 
 
-def _load_or_compile(key: str, source: str, extra: tuple, loader) -> ctypes.CDLL:
+def _load_or_compile(key: str, source: str, extra: tuple, loader):
     folder = cache_dir()
     lib_path = folder / f"lx_{key}.so"
     if lib_path.exists():
@@ -222,7 +222,7 @@ def _load_or_compile(key: str, source: str, extra: tuple, loader) -> ctypes.CDLL
             lib = loader(str(lib_path))
             stats["disk"] += 1
             return lib
-        except OSError:
+        except (OSError, ImportError):
             pass  # unreadable or from an interrupted build of old: build it again
     cc = compiler()
     if cc is None:
@@ -391,6 +391,9 @@ def _link_flags() -> list[str]:
 
 # -- the call shim -------------------------------------------------------------------
 _SHIM = r"""// lazyx kernel-call shim (generated; see lazyx/codegen/jit.py)
+// A Python extension module: lazyx_shim.contiguous(fn, arrays, n, threads) and
+// lazyx_shim.strided(fn, arrays, layout, nd, n, threads) call kernel entry point
+// ``fn`` (an address) with the data pointers of the NumPy arrays in tuple ``arrays``.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -400,37 +403,66 @@ _SHIM = r"""// lazyx kernel-call shim (generated; see lazyx/codegen/jit.py)
 typedef int (*contiguous_fn)(void* const*, int64_t, int);
 typedef int (*strided_fn)(void* const*, const int64_t*, const int64_t*, int, int64_t, int);
 static const Py_ssize_t lx_max_buffers = 256;
+// Below this many elements the GIL stays held: releasing it costs more than the loop.
+static const int64_t lx_release_gil = 16384;
 
 // The arrays are NumPy arrays (the caller checked): read their data addresses.
 static int lx_addresses(PyObject* arrays, void** out) {
-  if (!PyTuple_Check(arrays)) return -1;
+  if (!PyTuple_Check(arrays)) { PyErr_SetString(PyExc_TypeError, "arrays must be a tuple"); return -1; }
   Py_ssize_t n = PyTuple_GET_SIZE(arrays);
-  if (n > lx_max_buffers) return -1;
+  if (n > lx_max_buffers) { PyErr_SetString(PyExc_ValueError, "too many buffers"); return -1; }
   for (Py_ssize_t i = 0; i < n; ++i)
     out[i] = PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(arrays, i)));
   return 0;
 }
 
-extern "C" int lazyx_call_contiguous(void* fn, PyObject* arrays, int64_t n, int threads) {
+static PyObject* lx_contiguous(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "contiguous takes 4 arguments"); return nullptr; }
+  void* fn = PyLong_AsVoidPtr(args[0]);
+  int64_t n = PyLong_AsLongLong(args[2]);
+  int threads = (int)PyLong_AsLong(args[3]);
   void* ptrs[lx_max_buffers];
-  if (lx_addresses(arrays, ptrs)) return -1;
+  if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = reinterpret_cast<contiguous_fn>(fn)(ptrs, n, threads);
-  Py_END_ALLOW_THREADS
-  return rc;
+  if (n < lx_release_gil) {
+    rc = reinterpret_cast<contiguous_fn>(fn)(ptrs, n, threads);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = reinterpret_cast<contiguous_fn>(fn)(ptrs, n, threads);
+    Py_END_ALLOW_THREADS
+  }
+  return PyLong_FromLong(rc);
 }
 
-extern "C" int lazyx_call_strided(void* fn, PyObject* arrays, const int64_t* layout, int nd,
-                                  int64_t n, int threads) {
+static PyObject* lx_strided(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "strided takes 6 arguments"); return nullptr; }
+  void* fn = PyLong_AsVoidPtr(args[0]);
+  if (!PyBytes_Check(args[2])) { PyErr_SetString(PyExc_TypeError, "layout must be bytes"); return nullptr; }
+  const int64_t* layout = reinterpret_cast<const int64_t*>(PyBytes_AS_STRING(args[2]));
+  int nd = (int)PyLong_AsLong(args[3]);
+  int64_t n = PyLong_AsLongLong(args[4]);
+  int threads = (int)PyLong_AsLong(args[5]);
   void* ptrs[lx_max_buffers];
-  if (lx_addresses(arrays, ptrs)) return -1;
+  if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = reinterpret_cast<strided_fn>(fn)(ptrs, layout, layout + nd, nd, n, threads);
-  Py_END_ALLOW_THREADS
-  return rc;
+  if (n < lx_release_gil) {
+    rc = reinterpret_cast<strided_fn>(fn)(ptrs, layout, layout + nd, nd, n, threads);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    rc = reinterpret_cast<strided_fn>(fn)(ptrs, layout, layout + nd, nd, n, threads);
+    Py_END_ALLOW_THREADS
+  }
+  return PyLong_FromLong(rc);
 }
+
+static PyMethodDef lx_methods[] = {
+  {"contiguous", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_contiguous)),
+   METH_FASTCALL, "Call a kernel's contiguous entry point."},
+  {"strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_strided)),
+   METH_FASTCALL, "Call a kernel's strided entry point."},
+  {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef lx_module = {PyModuleDef_HEAD_INIT, "lazyx_shim", nullptr, -1, lx_methods};
+PyMODINIT_FUNC PyInit_lazyx_shim(void) { return PyModule_Create(&lx_module); }
 """
 
 #: The most buffers (inputs and outputs) one call passes through the shim.
@@ -440,22 +472,27 @@ _shim = None
 _shim_error: str | None = None
 
 
+def _load_module(path: str):
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.ExtensionFileLoader("lazyx_shim", path)
+    spec = importlib.util.spec_from_file_location("lazyx_shim", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def shim():
-    """The call shim library, or None when it cannot be built (no Python or NumPy headers)."""
+    """The call shim (a Python extension module with ``contiguous`` and ``strided``),
+    or None when it cannot be built (no Python or NumPy headers): callers then read
+    the data addresses in Python."""
     global _shim, _shim_error
     if _shim is None and _shim_error is None:
         try:
             import numpy as np
-            flags = (f"-I{sysconfig.get_paths()['include']}", f"-I{np.get_include()}",
-                     f"-DLAZYX_PYTHON={sys.version_info[0]}{sys.version_info[1]}")
-            lib = build(_SHIM + f"// python {sys.version}\n", flags, python_api=True)
-            P, I64 = ctypes.c_void_p, ctypes.c_int64
-            lib.lazyx_call_contiguous.argtypes = [P, ctypes.py_object, I64, ctypes.c_int]
-            lib.lazyx_call_contiguous.restype = ctypes.c_int
-            lib.lazyx_call_strided.argtypes = [P, ctypes.py_object, ctypes.c_char_p,
-                                               ctypes.c_int, I64, ctypes.c_int]
-            lib.lazyx_call_strided.restype = ctypes.c_int
-            _shim = lib
-        except (KernelCompileError, RuntimeError, OSError) as exc:
+            flags = (f"-I{sysconfig.get_paths()['include']}", f"-I{np.get_include()}")
+            _shim = build(_SHIM + f"// python {sys.version}, numpy {np.__version__}\n", flags,
+                          loader=_load_module)
+        except (KernelCompileError, RuntimeError, OSError, ImportError) as exc:
             _shim_error = str(exc)
     return _shim

@@ -69,6 +69,8 @@ MAX_OPS = 128
 MIN_OPS = 2
 #: Most nodes one cycle check visits before it refuses the join (keeps fusion linear-ish).
 _MAX_VISITS = 20000
+#: Most groups reading one input that sibling fusion tries to merge with each of them.
+_MAX_SIBLINGS = 16
 
 _CPU = DeviceType.cpu.value
 
@@ -339,7 +341,7 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
         for k, base in enumerate(gs):
             if not base.members:
                 continue
-            for other in gs[k + 1:]:
+            for other in gs[k + 1:k + 1 + _MAX_SIBLINGS]:
                 if other is base or not other.members or other.shape != base.shape \
                         or other.stream != base.stream \
                         or len(base.members) + len(other.members) > max_ops \

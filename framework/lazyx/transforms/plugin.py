@@ -4,7 +4,8 @@
 (a mapped argument while ``vmap`` traces), ``CustomTransforms`` (one call of a
 ``custom_function`` or ``checkpoint``), ``Depends`` (an ordering edge),
 ``CompiledCall`` (one call of a compiled function: its whole plan in one node)
-and ``CompileInput`` (an argument while ``compile`` traces) are
+``CompileInput`` (an argument while ``compile`` traces) and ``Compiled`` (a fused
+run of element-wise nodes, see :mod:`lazyx.transforms.fusion`) are
 nodes of the graph like any op's, so they are registered through lazyx's own
 entry point: ``lazyx info`` lists them, and the registry-wide tests check
 their shape rules, kernels and transform rules.
@@ -23,10 +24,12 @@ import lazyx.core as mx
 from ..hookspecs import hookimpl
 from .autodiff import TraceInput
 from .compile import CompiledCall, CompileInput
+from .fusion import Compiled, fuse_arrays
 from .custom import CustomTransforms, Depends, custom_function, depends
 from .vmap import Placeholder
 
-PRIMITIVES = [TraceInput, Placeholder, CustomTransforms, Depends, CompiledCall, CompileInput]
+PRIMITIVES = [TraceInput, Placeholder, CustomTransforms, Depends, CompiledCall, CompileInput,
+              Compiled]
 
 
 @hookimpl
@@ -94,6 +97,12 @@ def _compiled_in_vmap(x):
     return mx.vmap(lambda y: _compiled(y, mx.cos(y)))(x)
 
 
+def _fused(x, y):
+    # The fusion pass on a lazy graph; force: also where no compiler is installed.
+    (out,) = fuse_arrays([mx.multiply(mx.sin(x), y) + mx.exp(x)], force=True)
+    return out
+
+
 def _depends(x, y):
     return depends([mx.sin(x), mx.multiply(y, 2.0)], [mx.exp(y)])
 
@@ -110,4 +119,5 @@ def lazyx_examples():
         (Depends, lambda: (_depends, [x, y])),
         (CompiledCall, lambda: (_compiled, [x, y])),
         (CompileInput, lambda: (_compiled_in_vmap, [x])),
+        (Compiled, lambda: (_fused, [x, y])),
     ]
