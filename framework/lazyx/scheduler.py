@@ -93,7 +93,9 @@ def async_eval(*args) -> None:
     eval_arrays(tree_arrays(args, []))
 
 
-def _toposort(roots) -> list:
+def unevaluated_order(roots) -> list:
+    """The unevaluated nodes ``roots`` depend on, inputs first, each once (one array
+    stands for a multi-output node). Iterative: no recursion limit."""
     order = []
     seen = set()
     add = seen.add
@@ -125,7 +127,7 @@ def _toposort(roots) -> list:
 
 def eval_arrays(roots) -> None:
     """Evaluate a flat sequence of arrays."""
-    order = _toposort(roots)
+    order = unevaluated_order(roots)
     if not order:
         return
     tables, cpu = _backend._tables or _backend.dispatch_tables()

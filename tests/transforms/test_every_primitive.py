@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from helpers import check_jvp_vjp, check_vjp_fd, check_vmap_loop, rng, to_lazyx
+from helpers import check_jvp_vjp, check_vjp_fd, check_vmap_loop, to_lazyx
 from lazyx import registry
+from lazyx.testing.primitive_checks import batched_examples, check_zero_gradients
 from lazyx.primitive import Primitive
 
 PRIMITIVES = sorted(registry.primitives, key=lambda c: (registry.primitives[c].name, c.name))
 EXAMPLES = registry.examples()
 RULES = ("vjp", "jvp", "vmap")
 # The examples of a batch: scaled copies keep signs, order and most domains.
-FACTORS = (1.0, 0.9, 1.1)
 # Finite differences by the least precise floating dtype in the example's graph.
 PRECISE = {"eps": 1e-6, "rtol": 1e-5, "atol": 1e-7, "jvp_rtol": 1e-9}
 IMPRECISE = {"eps": 1e-3, "rtol": 2e-2, "atol": 2e-3, "jvp_rtol": 1e-4}
@@ -61,32 +61,6 @@ def _graph(outputs):
     return classes, dtypes
 
 
-def _batched(x: np.ndarray, axis: int, reverse_ints: bool) -> np.ndarray:
-    """Three examples of argument ``x`` stacked at ``axis``."""
-    if x.dtype.kind in "fc":
-        copies = [x * f for f in FACTORS]
-    elif reverse_ints and x.ndim:
-        copies = [x, x[(slice(None, None, -1),) * x.ndim], x]
-    else:
-        copies = [x] * len(FACTORS)
-    return np.stack(copies, axis=axis)
-
-
-def _zero_gradients(fn, args, msg):
-    arrays = [to_lazyx(a) for a in args]
-    gen = rng(5)
-    outs = _outputs(fn(*arrays))
-    cots = [mx.array(gen.standard_normal(o.shape), dtype=o.dtype) if o.dtype.kind in "fc"
-            else mx.zeros_like(o) for o in outs]
-    _, grads = mx.vjp(fn, arrays, cots)
-    for k, g in enumerate(grads):
-        assert g.shape == arrays[k].shape, f"{msg}: cotangent {k} has shape {g.shape}"
-        assert not np.any(np.array(g)), f"{msg}: nonzero cotangent for argument {k}"
-    _, tans = mx.jvp(fn, arrays, [mx.ones_like(a) for a in arrays])
-    for k, t in enumerate(tans):
-        assert not np.any(np.array(t)), f"{msg}: nonzero tangent for output {k}"
-
-
 def _check_example(cls, make, msg):
     made = make()
     fn, args = made[0], [np.asarray(a) for a in made[1]]
@@ -113,14 +87,14 @@ def _check_example(cls, make, msg):
                      max_elements=0, msg=msg)
         check_jvp_vjp(of_floats, *xs, rtol=tol["jvp_rtol"], atol=tol["jvp_rtol"], msg=msg)
     else:
-        _zero_gradients(fn, args, msg)
+        check_zero_gradients(fn, args, msg)
 
     reverse = options.get("batch_ints", True)
     mapped = floats or range(len(args))
     axes = [0 if i in mapped else None for i in range(len(args))]
-    inputs = [_batched(a, 0, reverse) if ax is not None else a for a, ax in zip(args, axes)]
+    inputs = [batched_examples(a, 0, reverse) if ax is not None else a for a, ax in zip(args, axes)]
     check_vmap_loop(fn, *inputs, in_axes=axes, msg=f"{msg}, vmap of {axes}")
-    inputs = [_batched(a, -1, reverse) for a in args]
+    inputs = [batched_examples(a, -1, reverse) for a in args]
     check_vmap_loop(fn, *inputs, in_axes=[-1] * len(args), msg=f"{msg}, vmap at the last axes")
 
 

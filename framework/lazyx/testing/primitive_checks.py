@@ -30,7 +30,7 @@ from .checks import (TOLERANCES, check_jvp_vjp, check_vjp_fd, check_vmap_loop, r
                      to_lazyx)
 from .environment import available_backends, running_on
 
-__all__ = ["check_primitive", "CheckReport"]
+__all__ = ["check_primitive", "CheckReport", "check_zero_gradients", "batched_examples"]
 
 # Examples of a batch: scaled copies keep signs, order and most domains.
 FACTORS = (1.0, 0.9, 1.1)
@@ -159,7 +159,7 @@ def _check(report, fn, args, cls, batch_ints, backends, prefix):
             report.skipped[prefix + "vjp"] = report.skipped[prefix + "jvp"] = \
                 "no floating input to differentiate"
     else:
-        report.run(prefix + "zero gradients", _zero_gradients, fn, args)
+        report.run(prefix + "zero gradients", check_zero_gradients, fn, args)
     report.run(prefix + "vmap", _vmap, fn, args, floats, batch_ints)
     report.run(prefix + "compile", _compiled, fn, args)
 
@@ -267,7 +267,10 @@ def _jvp(fn, args, floats, tol):
                   atol=tol["jvp_rtol"], msg="jvp")
 
 
-def _zero_gradients(fn, args):
+def check_zero_gradients(fn, args, msg: str = ""):
+    """Assert that ``fn`` gives zero cotangents and tangents for every input
+    (the check of a non-differentiable primitive)."""
+    pre = f"{msg}: " if msg else ""
     arrays = [to_lazyx(a) for a in args]
     gen = rng(5)
     outs = _outputs(fn(*arrays))
@@ -275,14 +278,14 @@ def _zero_gradients(fn, args):
             else mx.zeros_like(o) for o in outs]
     _, grads = mx.vjp(fn, arrays, cots)
     for k, g in enumerate(grads):
-        assert g.shape == arrays[k].shape, f"cotangent {k} has shape {g.shape}"
-        assert not np.any(np.array(g)), f"nonzero cotangent for input {k}"
+        assert g.shape == arrays[k].shape, f"{pre}cotangent {k} has shape {g.shape}"
+        assert not np.any(np.array(g)), f"{pre}nonzero cotangent for input {k}"
     _, tans = mx.jvp(fn, arrays, [mx.ones_like(a) for a in arrays])
     for k, t in enumerate(tans):
-        assert not np.any(np.array(t)), f"nonzero tangent for output {k}"
+        assert not np.any(np.array(t)), f"{pre}nonzero tangent for output {k}"
 
 
-def _batched(x: np.ndarray, axis: int, reverse_ints: bool) -> np.ndarray:
+def batched_examples(x: np.ndarray, axis: int, reverse_ints: bool) -> np.ndarray:
     """Three examples of input ``x`` stacked at ``axis``."""
     if x.dtype.kind in "fc":
         copies = [x * f for f in FACTORS]
@@ -298,9 +301,9 @@ def _vmap(fn, args, floats, batch_ints):
         raise _Skip("no input to map over")
     mapped = floats or range(len(args))
     axes = [0 if i in mapped else None for i in range(len(args))]
-    inputs = [_batched(a, 0, batch_ints) if ax is not None else a for a, ax in zip(args, axes)]
+    inputs = [batched_examples(a, 0, batch_ints) if ax is not None else a for a, ax in zip(args, axes)]
     check_vmap_loop(fn, *inputs, in_axes=axes, msg=f"vmap with in_axes {axes}")
-    inputs = [_batched(a, -1, batch_ints) for a in args]
+    inputs = [batched_examples(a, -1, batch_ints) for a in args]
     check_vmap_loop(fn, *inputs, in_axes=[-1] * len(args), msg="vmap at the last axes")
 
 

@@ -518,8 +518,8 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
                 tape.constants[s] = x
         return s
 
-    from ..scheduler import _toposort
-    for a in _toposort(list(outputs)):
+    from ..scheduler import unevaluated_order
+    for a in unevaluated_order(list(outputs)):
         outs = (a,) if a._siblings is None else a._siblings
         ins = tuple(slot_of(x) if x._prim is None or x._data is not None else slot[id(x)]
                     for x in a._inputs)

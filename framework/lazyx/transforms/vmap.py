@@ -25,6 +25,7 @@ from ..array import array, lazy
 from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
 from ..primitive import Primitive
+from ..scheduler import unevaluated_order
 from .rules import add_batch_axis, move_batch_axis
 from .autodiff import rebound
 from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
@@ -89,33 +90,7 @@ def _replay(outputs, mapped: dict, size: int) -> None:
     ``mapped`` maps ``id(array)`` to ``(batched array, axis)``; it is filled in for
     every node that depends on a placeholder.
     """
-    order = []
-    seen = set()
-    add = seen.add
-    for r in outputs:
-        if r._data is not None or r._prim is None or id(r) in seen:
-            continue
-        stack = [(r, 0)]
-        while stack:
-            a, i = stack.pop()
-            ins = a._inputs
-            n = len(ins)
-            while i < n:
-                x = ins[i]
-                i += 1
-                if x._data is not None or x._prim is None or id(x) in seen:
-                    continue
-                stack.append((a, i))
-                stack.append((x, 0))
-                break
-            else:
-                sib = a._siblings
-                if sib is None:
-                    add(id(a))
-                else:
-                    for s in sib:
-                        add(id(s))
-                order.append(a)
+    order = unevaluated_order(outputs)
     get = mapped.get
     for a in order:
         ins = a._inputs
