@@ -81,6 +81,11 @@ class Unary(Primitive):
     #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
     #: fusible by ``compile``. Subclasses name theirs in one line.
     expression = None
+    #: A :class:`DerivativeProduct` computing ``g * f'(x)`` in one node (from ``(g, y)``,
+    #: the output, when ``grad_of_output``): the rules of real floating inputs then
+    #: add one node instead of the derivative's few.
+    fused_grad = None
+    grad_of_output = False
 
     def to_expression(self, args):
         """This operation in the codegen IR, or None where it cannot be fused."""
@@ -101,9 +106,22 @@ class Unary(Primitive):
         return self.apply(x) if y is None else y
 
     def vjp(self, primals, cotangents, argnums, outputs):
+        fused = self.fused_grad
+        if fused is not None:
+            g = _fused(fused, cotangents[0], outputs[0] if self.grad_of_output else primals[0],
+                       self.stream)
+            if g is not None:
+                return [g]
         return [_cotangent(cotangents[0], self.derivative(primals[0], outputs[0]))]
 
     def jvp(self, primals, tangents, argnums):
+        fused = self.fused_grad
+        if fused is not None:
+            x = primals[0]
+            t = _fused(fused, tangents[0], self.apply(x) if self.grad_of_output else x,
+                       self.stream)
+            if t is not None:
+                return [t]
         return [_tangent(tangents[0], self.derivative(primals[0], None))]
 
     def vmap(self, inputs, axes):
@@ -212,6 +230,109 @@ class BinaryAll(NoGradient, Primitive):
         if e.ndim > 1:
             e = mx.all(e, axis=tuple(range(1, e.ndim)))
         return [e], [0]
+
+
+# -- derivative products ------------------------------------------------------
+def _fused(cls, g, z, stream):
+    """A ``cls`` node on ``(g, z)``: a cotangent or tangent times a derivative at ``z``, or
+    None where the fused primitive does not apply (complex or integer dtypes)."""
+    d = g._dtype
+    if d is not z._dtype or d.kind != "f" or g._shape != z._shape:
+        return None
+    return lazy(z._shape, d, cls(stream), (g, z))
+
+
+def _real_expression(args):
+    """The two operands when they are of one real floating dtype (else None: not fused)."""
+    g, z = args
+    return (g, z) if g.dtype is z.dtype and g.dtype.kind == "f" else (None, None)
+
+
+class DerivativeProduct(Binary):
+    """``g * f'(z)`` in one node: what a unary primitive's rules add for real floating
+    inputs (``g`` the cotangent or tangent, ``z`` the primal input or output). It
+    computes exactly the unfused ops, in the same order and dtype.
+
+    A subclass gives ``expression_of(g, z)`` (the IR of its value) and, as any
+    :class:`Binary`, its partial derivatives, so that it can be differentiated again.
+    """
+
+    __slots__ = ()
+
+    def expression_of(self, g, z):
+        raise NotImplementedError
+
+    def to_expression(self, args):
+        g, z = _real_expression(args)
+        return None if g is None else self.expression_of(g, z)
+
+
+class TanhGrad(DerivativeProduct):
+    """``g * (1 - y**2)``, with ``y = tanh(x)``."""
+
+    __slots__ = ()
+
+    def expression_of(self, g, y):
+        return ir.apply("mul", g, ir.apply("sub", ir.constant(1, y.dtype), ir.apply("square", y)))
+
+    def partial(self, i, g, y, out):
+        if i == 0:
+            return mx.subtract(1, mx.square(y))
+        return mx.multiply(mx.multiply(g, y), -2)
+
+
+class SigmoidGrad(DerivativeProduct):
+    """``g * (y * (1 - y))``, with ``y = sigmoid(x)``."""
+
+    __slots__ = ()
+
+    def expression_of(self, g, y):
+        return ir.apply("mul", g, ir.apply("mul", y, ir.apply("sub", ir.constant(1, y.dtype), y)))
+
+    def partial(self, i, g, y, out):
+        if i == 0:
+            return mx.multiply(y, mx.subtract(1, y))
+        return mx.multiply(g, mx.subtract(1, mx.multiply(y, 2)))
+
+
+class SinGrad(DerivativeProduct):
+    """``g * cos(x)``."""
+
+    __slots__ = ()
+
+    def expression_of(self, g, x):
+        return ir.apply("mul", g, ir.apply("cos", x))
+
+    def partial(self, i, g, x, out):
+        if i == 0:
+            return mx.cos(x)
+        return mx.negative(mx.multiply(g, mx.sin(x)))
+
+
+class CosGrad(DerivativeProduct):
+    """``g * -sin(x)``."""
+
+    __slots__ = ()
+
+    def expression_of(self, g, x):
+        return ir.apply("mul", g, ir.apply("neg", ir.apply("sin", x)))
+
+    def partial(self, i, g, x, out):
+        if i == 0:
+            return mx.negative(mx.sin(x))
+        return mx.negative(mx.multiply(g, mx.cos(x)))
+
+
+class SquareGrad(DerivativeProduct):
+    """``g * (x * 2)``: the cotangent of ``square(x)`` and of ``x * x``."""
+
+    __slots__ = ()
+
+    def expression_of(self, g, x):
+        return ir.apply("mul", g, ir.apply("mul", x, ir.constant(2, x.dtype)))
+
+    def partial(self, i, g, x, out):
+        return mx.multiply(g if i else x, 2)
 
 
 # -- unary primitives --------------------------------------------------------
@@ -342,6 +463,7 @@ class Rsqrt(Unary):
 
 class Square(Unary):
     __slots__ = ()
+    fused_grad = SquareGrad
     expression = "square"
 
     def derivative(self, x, y):
@@ -350,6 +472,7 @@ class Square(Unary):
 
 class Sin(Unary):
     __slots__ = ()
+    fused_grad = SinGrad
     expression = "sin"
 
     def derivative(self, x, y):
@@ -358,6 +481,7 @@ class Sin(Unary):
 
 class Cos(Unary):
     __slots__ = ()
+    fused_grad = CosGrad
     expression = "cos"
 
     def derivative(self, x, y):
@@ -414,6 +538,8 @@ class Cosh(Unary):
 
 class Tanh(Unary):
     __slots__ = ()
+    fused_grad = TanhGrad
+    grad_of_output = True
     expression = "tanh"
 
     def derivative(self, x, y):
@@ -505,6 +631,8 @@ class ErfInv(Unary):
 
 class Sigmoid(Unary):
     __slots__ = ()
+    fused_grad = SigmoidGrad
+    grad_of_output = True
     expression = "sigmoid"
 
     def derivative(self, x, y):
@@ -629,6 +757,16 @@ class Add(Binary):
     def partial(self, i, a, b, y):
         return 1
 
+    # The common case without the partials' machinery: real floating cotangents pass
+    # through (summed back over the dimensions an operand was broadcast along).
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g = cotangents[0]
+        if g._dtype.kind != "f":
+            return Binary.vjp(self, primals, cotangents, argnums, outputs)
+        s = g._shape
+        return [g if primals[i]._shape == s else sum_to_shape(g, primals[i]._shape)
+                for i in argnums]
+
 
 class Subtract(Binary):
     __slots__ = ()
@@ -637,6 +775,13 @@ class Subtract(Binary):
     def partial(self, i, a, b, y):
         return -1 if i else 1
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g = cotangents[0]
+        if g._dtype.kind != "f" or primals[0] is primals[1]:
+            return Binary.vjp(self, primals, cotangents, argnums, outputs)
+        s = g._shape
+        return [sum_to_shape(mx.negative(g) if i else g, primals[i]._shape) for i in argnums]
+
 
 class Multiply(Binary):
     __slots__ = ()
@@ -644,6 +789,24 @@ class Multiply(Binary):
 
     def partial(self, i, a, b, y):
         return a if i else b
+
+    # Real floating operands (the common case) without the partials' machinery; the
+    # nodes are those the base would add: g * other, and g * (x * 2) fused for x * x.
+    def vjp(self, primals, cotangents, argnums, outputs):
+        g = cotangents[0]
+        d = g._dtype
+        a, b = primals
+        if d.kind != "f" or a._dtype is not d or b._dtype is not d:
+            return Binary.vjp(self, primals, cotangents, argnums, outputs)
+        s = g._shape
+        if a is b and len(argnums) == 2:
+            return [lazy(s, d, SquareGrad(self.stream), (g, a)), None]
+        out = []
+        for i in argnums:
+            p = lazy(s, d, Multiply(self.stream), (g, b if i == 0 else a))
+            shape = primals[i]._shape
+            out.append(p if shape == s else sum_to_shape(p, shape))
+        return out
 
 
 class Divide(Binary):
@@ -1296,6 +1459,20 @@ left_shift = _binary(LeftShift, "left_shift", _shift_rule,
 right_shift = _binary(RightShift, "right_shift", _shift_rule,
                       "Element-wise right shift ``a >> b`` of integer arrays (bool shifts as uint8).")
 
+
+
+# The derivative products' op functions (not public: the rules add these nodes, and
+# vmap and the tests make them through ``cls._op``).
+def _real_floating(d):
+    return (None, d) if d.kind == "f" else f"[{{op}}] Needs real floating operands, got {d.name}."
+
+
+_tanh_grad = _binary(TanhGrad, "tanh_grad", _real_floating, "``g * (1 - y**2)``.")
+_sigmoid_grad = _binary(SigmoidGrad, "sigmoid_grad", _real_floating, "``g * (y * (1 - y))``.")
+_sin_grad = _binary(SinGrad, "sin_grad", _real_floating, "``g * cos(x)``.")
+_cos_grad = _binary(CosGrad, "cos_grad", _real_floating, "``g * -sin(x)``.")
+_square_grad = _binary(SquareGrad, "square_grad", _real_floating, "``g * (x * 2)``.")
+
 _divmod_table = _table(_no_complex, "divmod")
 
 
@@ -1470,7 +1647,7 @@ PRIMITIVES = [
     Add, Subtract, Multiply, Divide, FloorDivide, Remainder, DivMod, Power, Maximum, Minimum,
     LogAddExp, ArcTan2, Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual, LogicalAnd,
     LogicalOr, LogicalXor, BitwiseAnd, BitwiseOr, BitwiseXor, LeftShift, RightShift, IsClose,
-    AllClose, ArrayEqual, Select,
+    AllClose, ArrayEqual, Select, TanhGrad, SigmoidGrad, SinGrad, CosGrad, SquareGrad,
 ]
 
 _PUBLIC = [
@@ -1555,6 +1732,10 @@ _BINARY_EXAMPLES = [
     (Less, less, (-2, 2), (-2, 2), 0), (LessEqual, less_equal, (-2, 2), (-2, 2), 0),
     (Greater, greater, (-2, 2), (-2, 2), 0), (GreaterEqual, greater_equal, (-2, 2), (-2, 2), 0),
     (IsClose, isclose, (-2, 2), (-2, 2), 0),
+    (TanhGrad, _tanh_grad, (-2, 2), (-0.9, 0.9), 0),
+    (SigmoidGrad, _sigmoid_grad, (-2, 2), (0.1, 0.9), 0),
+    (SinGrad, _sin_grad, (-2, 2), (-3, 3), 0), (CosGrad, _cos_grad, (-2, 2), (-3, 3), 0),
+    (SquareGrad, _square_grad, (-2, 2), (-2, 2), 0),
 ]
 
 

@@ -363,7 +363,8 @@ def _batched_axes(axes: tuple, bx: int, keepdims: bool):
 
 def _expanded(c, shape: tuple, axes: tuple, keepdims: bool, s):
     """A reduction's cotangent broadcast back to the input's ``shape``."""
-    if not keepdims:
+    # Broadcasting puts back leading axes by itself (a full reduction's 0-d cotangent).
+    if not keepdims and axes != tuple(range(len(axes))):
         c = mx.expand_dims(c, axes, stream=s)
     return mx.broadcast_to(c, shape, stream=s)
 

@@ -1670,7 +1670,7 @@ def _start_indices(start, axes, a_shape: tuple, sizes: tuple, op: str) -> array:
     if start.size != len(axes):
         raise ShapeError(f"[{op}] {start.size} start indices do not match {len(axes)} axes {axes}.")
     if start._data is not None:
-        _check_starts(start._data, axes, a_shape, sizes, op)
+        _check_starts(start._numpy(), axes, a_shape, sizes, op)
     return start
 
 

@@ -8,3 +8,19 @@ import lazyx.scheduler  # noqa: E402
 
 # Every node evaluated by the suite checks its primitive's shape rule.
 lazyx.scheduler.check_shape_rules = True
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def on_cpu():
+    """Run the test with the CPU as default device: for tests of CPU memory layout
+    (views sharing NumPy buffers), which a GPU default device does not have."""
+    import lazyx.core as mx
+    previous = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    try:
+        yield
+    finally:
+        mx.set_default_device(previous)

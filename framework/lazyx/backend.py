@@ -64,6 +64,28 @@ class Backend:
                 return fn
         return None
 
+    def prepare_kernel(self, fn):
+        """The kernel the scheduler calls for ``fn`` (whatever provided it: this
+        backend, a plugin's override, a primitive's own ``eval_*``).
+
+        Arrays belong to no device, so a kernel may be handed buffers of another
+        backend (a CPU node consuming a GPU result). The default, for CPU
+        backends, wraps ``fn`` to copy such inputs to the host when a device
+        backend is available on this machine, and returns ``fn`` unchanged
+        otherwise (no cost on machines without one). A device backend
+        overrides it to copy host inputs to the device.
+        """
+        if self.device_type is not DeviceType.cpu or not _device_backend_available():
+            return fn
+
+        def kernel(prim, inputs):
+            for i, x in enumerate(inputs):
+                if type(x) is not np.ndarray:
+                    inputs[i] = to_host(x)
+            return fn(prim, inputs)
+        kernel.__wrapped__ = fn
+        return kernel
+
     def is_available(self) -> bool:
         """Whether this backend can run on this machine."""
         return True
@@ -133,6 +155,8 @@ class _KernelTable(dict):
 
     def __missing__(self, cls):
         fn = resolve_kernel(self.backend, cls)[0]
+        if not getattr(fn, "missing", False):
+            fn = self.backend.prepare_kernel(fn)
         self[cls] = fn
         return fn
 
@@ -223,8 +247,9 @@ def register_backend(backend: Backend, info=None) -> None:
 
 
 def invalidate_dispatch() -> None:
-    global _tables
+    global _tables, _device_available
     _tables = None
+    _device_available = None
     for b in _backends.values():
         b.__dict__.pop("_table", None)
 
@@ -297,11 +322,25 @@ def dispatch_tables() -> tuple[list, Backend]:
     return t
 
 
+def _device_backend_available() -> bool:
+    """Whether a registered non-CPU backend can run here (cached per dispatch state)."""
+    global _device_available
+    if _device_available is None:
+        _device_available = any(b.device_type is not DeviceType.cpu and b.is_available()
+                                for b in list(_backends.values()))
+    return _device_available
+
+
+_device_available: bool | None = None
+
+
 def is_device_buffer(obj) -> bool:
     return any(b.is_buffer(obj) for b in _backends.values())
 
 
 def to_host(buf) -> np.ndarray:
+    if type(buf) is np.ndarray:
+        return buf
     for b in _backends.values():
         if b.is_buffer(buf):
             return b.to_host(buf)

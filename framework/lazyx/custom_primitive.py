@@ -131,9 +131,13 @@ def _missing_rule(cls, method: str) -> TransformError:
 
 
 def _as_dtype(out, dtype):
-    if type(out) is not _ndarray or out.dtype != dtype.np:
-        return np.asarray(out).astype(dtype.np, copy=False)
-    return out
+    if type(out) is _ndarray and out.dtype == dtype.np:
+        return out
+    if type(out) is not _ndarray and not (hasattr(out, "__cuda_array_interface__")
+                                          or hasattr(out, "__dlpack__")):
+        out = np.asarray(out)  # a Python or NumPy scalar
+    # A device array (the kernel ran on CuPy arrays) keeps its device.
+    return out.astype(dtype.np, copy=False)
 
 
 # -- the rule adapters: the Primitive contract on one side, the user's rule on the other

@@ -83,10 +83,13 @@ _streams: list[Stream] = [Stream(0, _CPU)]
 _default_streams: dict[Device, Stream] = {_CPU: _streams[0]}
 
 
+_initial = _CPU  # the default device of new threads (see choose_default_device)
+
+
 class _State(threading.local):
     def __init__(self):
-        self.device = _CPU
-        self.stream = _streams[0]
+        self.device = _initial
+        self.stream = _default_streams.get(_initial) or _streams[0]
 
 
 _state = _State()
@@ -118,6 +121,26 @@ def _check_available(d: Device) -> None:
     if not b.is_available():
         raise DeviceError(f"Device {d!r} is not available: backend {b.name!r} says "
                           f"{b.unavailable_reason()}")
+
+
+def choose_default_device() -> Device:
+    """Pick the default device once the backends are registered (``lazyx.core`` calls
+    it on import): ``LAZYX_DEFAULT_DEVICE`` (``cpu`` or ``gpu``) if set, else the GPU
+    when an available backend runs it (as MLX defaults to the GPU), else the CPU."""
+    global _initial
+    import os
+    env = os.environ.get("LAZYX_DEFAULT_DEVICE", "").strip().lower()
+    if env:
+        if env not in ("cpu", "gpu"):
+            raise DeviceError(f"LAZYX_DEFAULT_DEVICE must be 'cpu' or 'gpu', got {env!r}.")
+        d = _CPU if env == "cpu" else _GPU
+        _check_available(d)
+    else:
+        d = _GPU if is_available(_GPU) else _CPU
+    _initial = d
+    _state.device = d
+    _state.stream = default_stream(d)
+    return d
 
 
 def default_device() -> Device:

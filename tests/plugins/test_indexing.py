@@ -92,7 +92,7 @@ def test_index_dtypes_and_iteration():
     assert_close(lx[mx.array(-1)], x[-1], mx.int32)  # a 0-d index array drops the axis
 
 
-def test_basic_indexing_is_a_view_and_advanced_a_gather():
+def test_basic_indexing_is_a_view_and_advanced_a_gather(on_cpu):
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     lx = to_lazyx(x)
     v = lx[1:3, ::-2]
@@ -209,7 +209,7 @@ def test_setitem_reads_the_previous_value_of_itself():
     assert_close(y, np.array([4, 8, 16, 32]), mx.float32)
 
 
-def test_views_and_bases_after_setitem_on_either():
+def test_views_and_bases_after_setitem_on_either(on_cpu):
     base = to_lazyx(np.arange(12, dtype=np.int32).reshape(3, 4))
     view = base[1]
     mx.eval(view)

@@ -285,7 +285,7 @@ def test_empty_inputs(dtype):
 
 
 # -- views and their bases -----------------------------------------------------------------
-def test_views_share_memory_but_not_updates():
+def test_views_share_memory_but_not_updates(on_cpu):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     base = to_lazyx(x)
     views = [mx.reshape(base, (4, 3)), mx.transpose(base), base[1:, ::2],

@@ -147,7 +147,7 @@ def test_custom_function_errors():
         mx.grad(lambda x: t_sum(f(x, x)))(x_())
 
 
-def test_depends_orders_without_copying():
+def test_depends_orders_without_copying(on_cpu):
     from lazyx.transforms.custom import depends
     a, b = x_(), t_sin(x_())
     (c,) = depends([a], [b])

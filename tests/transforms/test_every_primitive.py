@@ -144,7 +144,15 @@ def test_a_primitive_without_rules_or_examples_fails(monkeypatch):
 
 def test_a_wrong_rule_fails(monkeypatch):
     from lazyx.plugins import elementwise
-    monkeypatch.setattr(elementwise.Sin, "derivative",
-                        lambda self, x, y: mx.multiply(mx.cos(x), 1.01))
+    monkeypatch.setattr(elementwise.ArcTan, "derivative",
+                        lambda self, x, y: mx.multiply(mx.reciprocal(mx.add(mx.square(x), 1)), 1.01))
     with pytest.raises(AssertionError, match="finite differences"):
-        test_rules_against_finite_differences_and_loops(elementwise.Sin)
+        test_rules_against_finite_differences_and_loops(elementwise.ArcTan)
+
+
+def test_a_wrong_fused_derivative_fails(monkeypatch):
+    from lazyx.plugins import elementwise
+    monkeypatch.setattr(elementwise.TanhGrad, "partial",
+                        lambda self, i, g, y, out: mx.multiply(g, y) if i else mx.square(y))
+    with pytest.raises(AssertionError, match="finite differences"):
+        test_rules_against_finite_differences_and_loops(elementwise.TanhGrad)

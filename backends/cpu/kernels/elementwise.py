@@ -248,6 +248,47 @@ def _array_equal(p, ins):
     return np.asarray(np.array_equal(ins[0], ins[1], equal_nan=p.equal_nan))
 
 
+# -- derivative products -----------------------------------------------------
+# The ufuncs of the unfused graph, in its order and dtype (so the results are the
+# same bits), run in one buffer of the output's shape instead of one per node.
+def _product_buffer(g, z):
+    shape = g.shape if g.shape == z.shape else np.broadcast_shapes(g.shape, z.shape)
+    return np.empty_like(z, shape=shape)  # a CuPy array when z is one (cuda backend)
+
+
+def _tanh_grad(p, ins):
+    g, y = ins
+    d = np.square(y, out=_product_buffer(g, y))
+    np.subtract(y.dtype.type(1), d, out=d)
+    return np.multiply(g, d, out=d)
+
+
+def _sigmoid_grad(p, ins):
+    g, y = ins
+    d = np.subtract(y.dtype.type(1), y, out=_product_buffer(g, y))
+    np.multiply(y, d, out=d)
+    return np.multiply(g, d, out=d)
+
+
+def _sin_grad(p, ins):
+    g, x = ins
+    d = np.cos(x, out=_product_buffer(g, x))
+    return np.multiply(g, d, out=d)
+
+
+def _cos_grad(p, ins):
+    g, x = ins
+    d = np.sin(x, out=_product_buffer(g, x))
+    np.negative(d, out=d)
+    return np.multiply(g, d, out=d)
+
+
+def _square_grad(p, ins):
+    g, x = ins
+    d = np.multiply(x, x.dtype.type(2), out=_product_buffer(g, x))
+    return np.multiply(g, d, out=d)
+
+
 KERNELS = {
     ew.AsType: _astype,
     ew.Abs: _unary(np.abs),
@@ -323,4 +364,9 @@ KERNELS = {
     ew.AllClose: _allclose,
     ew.ArrayEqual: _array_equal,
     ew.Select: lambda p, ins: np.where(ins[0], ins[1], ins[2]),
+    ew.TanhGrad: _tanh_grad,
+    ew.SigmoidGrad: _sigmoid_grad,
+    ew.SinGrad: _sin_grad,
+    ew.CosGrad: _cos_grad,
+    ew.SquareGrad: _square_grad,
 }

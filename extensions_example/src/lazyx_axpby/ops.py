@@ -7,7 +7,8 @@ a backend asks of it:
 
 * ``eval_cpu``: the package's C++ kernel (:mod:`lazyx_axpby.kernels`), so no
   lazyx backend needs to know the primitive;
-* ``eval_gpu``: a clear error until lazyx has a GPU backend;
+* GPU kernels per backend, registered by the plugin (``axpby.cu`` for ``cuda``);
+  ``eval_gpu`` only says so for a GPU backend it has no kernel for;
 * ``output_shapes``, ``is_equivalent`` (for the CSE of ``compile``);
 * ``vjp``, ``jvp`` and ``vmap``, written with ``lazyx.core`` ops, so their
   results can be transformed again;
@@ -68,11 +69,11 @@ class Axpby(Primitive):
 
     def eval_gpu(self, inputs):
         raise KernelNotFoundError(
-            "Axpby has no GPU kernel yet: lazyx-axpby brings its CUDA kernel with lazyx's CUDA "
-            "backend and its Metal kernel with the Metal backend. Run it on the CPU "
-            "(stream=lazyx.core.cpu).")
+            "Axpby has no kernel for this GPU backend: lazyx-axpby registers its GPU kernels "
+            "per backend through the lazyx_kernels hook (axpby.cu for 'cuda', axpby.metal for "
+            "'metal'). Run it on the CPU (stream=lazyx.core.cpu) or on one of those.")
 
-    # A kernel that only raises: ``lazyx info`` lists Axpby among the missing GPU kernels.
+    # A kernel that only raises: ``lazyx info`` lists Axpby as missing on such backends.
     eval_gpu.missing = True
 
     # -- identity and shapes --------------------------------------------------------

@@ -12,7 +12,9 @@ from __future__ import annotations
 from lazyx import hookimpl
 from lazyx.transforms.examples import example, uniform
 
+from .cuda import cuda_kernel
 from .kernels import reference_kernel
+from .metal import metal_kernel
 from .ops import Axpby, axpby
 
 
@@ -29,7 +31,12 @@ def lazyx_ops():
 @hookimpl
 def lazyx_kernels():
     # The NumPy-only backend runs NumPy: the reference the C++ kernel is checked against.
-    return [("cpu-reference", Axpby, reference_kernel)]
+    # The CUDA kernel: axpby.cu through lazyx's CUDA backend (compiled on first use).
+    return [("cpu-reference", Axpby, reference_kernel),
+            ("cuda", Axpby, cuda_kernel),
+            # The Metal kernel: axpby.metal through lazyx's Metal backend (checked on the
+            # CPU through its C++ shim where there is no Metal).
+            ("metal", Axpby, metal_kernel)]
 
 
 def _broadcasting(x, y):

@@ -41,6 +41,10 @@ from .. import registry as _registry  # noqa: E402
 
 _registry.load_plugins(globals(), set(__all__))
 
+from .. import device as _device  # noqa: E402
+
+_device.choose_default_device()
+
 
 def __getattr__(name):
     _registry.conflict_error(name)

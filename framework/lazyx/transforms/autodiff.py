@@ -152,35 +152,37 @@ def graph_order(outputs, stop: int, active: set | None = None):
     live = []
     seen = set()
     add = seen.add
+    emit = order.append
+    trace = TraceInput
+    tracking = active is not None
     for r in outputs:
         p = r._prim
-        if p is None or id(r) in seen or (type(p) is TraceInput and p.seq <= stop):
+        if p is None or id(r) in seen or (type(p) is trace and p.seq <= stop):
             continue
-        stack = [(r, 0)]
+        # Each entry holds a node and the iterator over its inputs, resumed where it
+        # stopped: a node is pushed once and popped once.
+        stack = [(r, iter(r._inputs))]
+        push = stack.append
         while stack:
-            a, i = stack.pop()
-            ins = a._inputs
-            n = len(ins)
-            while i < n:
-                x = ins[i]
-                i += 1
+            a, it = stack[-1]
+            for x in it:
                 xp = x._prim
-                if xp is None or id(x) in seen or (type(xp) is TraceInput and xp.seq <= stop):
+                if xp is None or id(x) in seen or (type(xp) is trace and xp.seq <= stop):
                     continue
-                stack.append((a, i))
-                stack.append((x, 0))
+                push((x, iter(x._inputs)))
                 break
             else:
+                stack.pop()
                 sib = a._siblings
                 if sib is None:
                     add(id(a))
                 else:
                     for s in sib:
                         add(id(s))
-                order.append(a)
-                if active is not None:
+                emit(a)
+                if tracking:
                     # Inputs come first in the order, so theirs are already known.
-                    for x in ins:
+                    for x in a._inputs:
                         if id(x) in active:
                             live.append(a)
                             if sib is None:
@@ -189,7 +191,7 @@ def graph_order(outputs, stop: int, active: set | None = None):
                                 for s in sib:
                                     active.add(id(s))
                             break
-    return order if active is None else (order, live)
+    return (order, live) if tracking else order
 
 
 def _no_gradient(outs, ins, argnums) -> bool:

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..device import _state as _device_state
 from .. import backend as _backend
 from .. import dtypes as _dt
 from .. import scheduler as _scheduler
@@ -833,8 +834,9 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
         if not settings.enabled:
             return fun(*args, **kwargs)
         if simple and not kwargs:
-            # The common call, positional arrays only: a flat key, no tree walk.
-            key = []
+            # The common call, positional arrays only: a flat key, no tree walk. The
+            # default stream is part of it: a trace records the device it ran on.
+            key = [_device_state.stream]
             for a in args:
                 if type(a) is not _array:
                     break
@@ -859,15 +861,16 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
         if state_in is not None:
             state, state_def = flatten(state_in)
             state = [x for x in state if isinstance(x, _array)]
-            key = (treedef, sig, state_def, _signature(state, shapeless, "inputs"))
+            key = (_device_state.stream, treedef, sig, state_def,
+                   _signature(state, shapeless, "inputs"))
         else:
             state = ()
-            key = (treedef, sig)
+            key = (_device_state.stream, treedef, sig)
         entry = entries.get(key)
         if entry is None:
             entry = trace(leaves, treedef, bool(kwargs), key)
             if simple and not kwargs and all(type(a) is _array for a in args):
-                fast[tuple(v for k in sig for v in k)] = entry
+                fast[(key[0],) + tuple(v for k in sig for v in k)] = entry
         else:
             cache.hits += 1
         return _call(entry, leaves, state, state_out)

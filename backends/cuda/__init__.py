@@ -1,0 +1,316 @@
+"""The CUDA backend (NVIDIA GPUs): CuPy buffers, CuPy and NVRTC kernels.
+
+Buffers are ``cupy.ndarray``. The kernel of a primitive comes, in order, from
+
+1. this backend's own table (:mod:`.kernels`): CuPy calls and CUDA C++ where
+   the NumPy kernel cannot run on the device as written (creation, random bits,
+   the ops whose NumPy kernels compute on the host);
+2. the NumPy kernel of the ``cpu-reference`` backend, run on CuPy arrays: the
+   NumPy kernels are written with NumPy functions that CuPy implements through
+   NumPy's dispatch protocols (``__array_ufunc__``/``__array_function__``), so
+   ``np.add(x, y)`` on two CuPy arrays is one CuPy kernel on the GPU. A kernel
+   that would compute on the host instead raises (the wrapper checks that its
+   outputs are device buffers), never a silent fallback.
+
+Plugins add kernels for their own primitives from CUDA C++ source with
+:class:`CudaKernel` (compiled by NVRTC through CuPy, cached per process and on
+disk by CuPy) and register them with the ``lazyx_kernels`` hook for the backend
+``"cuda"``; lazyx-axpby's ``axpby.cu`` is the worked example.
+
+Data moves by itself: a kernel here receives host (NumPy) inputs copied to the
+device, once per host buffer while it lives; CPU kernels receive device inputs
+copied to the host.
+
+CuPy is imported only when the backend is first asked whether it is
+available, so ``import lazyx.core`` on a machine without CUDA costs nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from lazyx.backend import Backend
+from lazyx.device import DeviceType
+from lazyx.errors import BackendError, KernelNotFoundError, LazyxError
+from lazyx.hookspecs import hookimpl
+
+__all__ = ["CudaBackend", "CudaKernel", "cupy_module", "launch_config"]
+
+_cp = None            # the cupy module, once imported
+_import_error = None  # why it could not be
+
+
+def cupy_module():
+    """The ``cupy`` module, or a :class:`BackendError` saying why there is none."""
+    global _cp, _import_error
+    if _cp is None and _import_error is None:
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+            _cp = cupy
+        except ImportError as exc:
+            _import_error = (f"CuPy is not installed ({exc}); install the wheel for your CUDA "
+                             f"version, e.g. `pip install cupy-cuda13x` or `cupy-cuda12x`.")
+        except Exception as exc:  # cupy present, no driver or no device
+            _import_error = f"CuPy found no usable CUDA device ({type(exc).__name__}: {exc})."
+    if _cp is None:
+        raise BackendError(f"The cuda backend is not available: {_import_error}")
+    return _cp
+
+
+class CudaKernel:
+    """A kernel from CUDA C++ source, compiled by NVRTC on first use.
+
+    Args:
+        source (str): CUDA C++ source; kernels meant to be launched by name
+          should be ``extern "C" __global__`` (or listed in ``name_expressions``
+          for templates).
+        name (str): a name for messages (the file the source came from).
+        options (tuple[str]): extra NVRTC options (``"-std=c++17"`` is added).
+        name_expressions (tuple[str]): template instantiations to compile,
+          e.g. ``("axpby_contiguous<float>",)``.
+
+    ``function(fname)`` returns a launchable ``cupy.RawKernel``-like function:
+    ``fn(grid, block, args)``. A compile error raises :class:`LazyxError` with
+    the source's name and NVRTC's log.
+    """
+
+    def __init__(self, source: str, name: str, options=(), name_expressions=()):
+        if not isinstance(source, str) or not source.strip():
+            raise LazyxError(f"CudaKernel {name!r}: source must be a non-empty string.")
+        self.source = source
+        self.name = name
+        self.options = ("-std=c++17",) + tuple(options)
+        self.name_expressions = tuple(name_expressions)
+        self._module = None
+
+    def module(self):
+        if self._module is None:
+            cp = cupy_module()
+            kw = {"name_expressions": self.name_expressions} if self.name_expressions else {}
+            mod = cp.RawModule(code=self.source, options=self.options, **kw)
+            try:
+                mod.compile()
+            except Exception as exc:
+                log = str(exc).strip().splitlines()
+                raise LazyxError(f"The CUDA kernel source {self.name} did not compile "
+                                 f"(NVRTC):\n" + "\n".join(log[:20])) from None
+            self._module = mod
+        return self._module
+
+    def function(self, fname: str):
+        mod = self.module()
+        try:
+            return mod.get_function(fname)
+        except Exception as exc:
+            raise LazyxError(f"The CUDA kernel source {self.name} has no kernel {fname!r} "
+                             f"({exc}). Kernels are looked up by their extern \"C\" name or "
+                             f"by a template name listed in name_expressions.") from None
+
+
+def launch_config(n: int, block: int = 256) -> tuple[tuple, tuple]:
+    """``(grid, block)`` for one thread per element of ``n`` (grid-stride loops welcome)."""
+    blocks = max(1, min((n + block - 1) // block, 65535 * 4))
+    return (blocks,), (block,)
+
+
+class _UploadCache:
+    """Device copies of host buffers, kept while the host buffer lives.
+
+    Arrays are immutable, so a host buffer's device copy stays valid; an array
+    used by many GPU nodes (a weight created from NumPy) is copied once.
+    """
+
+    def __init__(self):
+        self._copies: dict[int, tuple] = {}
+        self._small: dict[tuple, object] = {}
+
+    def get(self, host: np.ndarray):
+        if host.ndim == 0:
+            # Scalars (the weak Python scalars of ``x + 1``) by value: one copy per
+            # distinct value instead of a synchronous copy per use.
+            vkey = (host.dtype.str, host.tobytes())
+            dev = self._small.get(vkey)
+            if dev is None:
+                if len(self._small) > 4096:
+                    self._small.clear()
+                dev = self._small[vkey] = _cp.asarray(host)
+            return dev
+        key = id(host)
+        hit = self._copies.get(key)
+        if hit is not None and hit[0]() is host:
+            return hit[1]
+        dev = _cp.asarray(host)
+        try:
+            ref = weakref.ref(host, lambda _r, k=key, c=self._copies: c.pop(k, None))
+        except TypeError:
+            return dev
+        if host.nbytes >= 64:  # tiny buffers (scalars) are cheaper to copy than to track
+            self._copies[key] = (ref, dev)
+        return dev
+
+    def clear(self):
+        self._copies.clear()
+        self._small.clear()
+
+
+class CudaBackend(Backend):
+    """CuPy buffers; kernels from :mod:`.kernels`, else NumPy kernels run through CuPy."""
+
+    name = "cuda"
+    device_type = DeviceType.gpu
+
+    def __init__(self):
+        super().__init__()
+        self._loaded = False
+        self._uploads = _UploadCache()
+        self._peak = 0
+
+    # -- availability -------------------------------------------------------------
+    def is_available(self) -> bool:
+        try:
+            cupy_module()
+            return True
+        except BackendError:
+            return False
+
+    def unavailable_reason(self) -> str:
+        try:
+            cupy_module()
+            return ""
+        except BackendError as exc:
+            return str(exc).split(": ", 1)[-1]
+
+    def describe(self) -> str:
+        if not self.is_available():
+            return ""
+        cp = _cp
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return f"{name}, CuPy {cp.__version__}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}"
+
+    # -- kernels --------------------------------------------------------------------
+    def _load(self):
+        # kernels.py imports CuPy: without it, introspection (lazyx kernels) still
+        # works and reports the NumPy kernels this backend would run through CuPy.
+        if not self._loaded and self.is_available():
+            from . import kernels
+            self.kernels.update(kernels.KERNELS)
+            self._loaded = True
+
+    def find_kernel(self, cls):
+        self._load()
+        fn = super().find_kernel(cls)
+        if fn is not None:
+            return fn
+        from lazyx.backends.cpu.kernels import numpy_kernels
+        from lazyx.primitive import Primitive
+        table = _numpy_table(numpy_kernels)
+        for klass in cls.__mro__:
+            fn = table.get(klass)
+            if fn is not None:
+                return _through_cupy(fn, cls)
+        # A primitive with a NumPy eval_cpu and no eval_gpu (a custom_primitive, a plugin's
+        # Python primitive) runs that kernel on CuPy arrays as well.
+        if cls.eval_gpu is Primitive.eval_gpu and cls.eval_cpu is not Primitive.eval_cpu:
+            return _through_cupy(cls.eval_cpu, cls)
+        return None
+
+    def prepare_kernel(self, fn):
+        cp = cupy_module()
+        nd = cp.ndarray
+        upload = self._uploads.get
+
+        def kernel(prim, inputs):
+            for i, x in enumerate(inputs):
+                if type(x) is not nd:
+                    inputs[i] = upload(x) if type(x) is np.ndarray else _to_device(x)
+            return fn(prim, inputs)
+        kernel.__wrapped__ = fn
+        return kernel
+
+    # -- buffers ----------------------------------------------------------------------
+    def is_buffer(self, obj) -> bool:
+        return _cp is not None and type(obj) is _cp.ndarray
+
+    def to_host(self, buf) -> np.ndarray:
+        return buf.get()
+
+    def from_host(self, data: np.ndarray):
+        return cupy_module().asarray(data)
+
+    def synchronize(self, stream) -> None:
+        if _cp is not None:
+            _cp.cuda.Device().synchronize()
+
+    # -- memory -----------------------------------------------------------------------
+    def memory_stats(self) -> dict:
+        if _cp is None:
+            return {"active": 0, "peak": 0, "cache": 0}
+        pool = _cp.get_default_memory_pool()
+        used, total = pool.used_bytes(), pool.total_bytes()
+        self._peak = max(self._peak, used)
+        return {"active": used, "peak": self._peak, "cache": total - used}
+
+    def reset_peak_memory(self) -> None:
+        self._peak = 0
+
+    def clear_cache(self) -> None:
+        self._uploads.clear()
+        if _cp is not None:
+            _cp.get_default_memory_pool().free_all_blocks()
+
+    def set_memory_limit(self, limit: int) -> int:
+        pool = cupy_module().get_default_memory_pool()
+        old = pool.get_limit()
+        pool.set_limit(size=int(limit))
+        return old
+
+
+_numpy_cache: dict = {}
+
+
+def _numpy_table(factory) -> dict:
+    if not _numpy_cache:
+        _numpy_cache.update(factory())
+    return _numpy_cache
+
+
+def _to_device(x):
+    cp = _cp
+    if hasattr(x, "__cuda_array_interface__"):
+        return cp.asarray(x)
+    return cp.asarray(np.asarray(x))
+
+
+def _through_cupy(fn, cls):
+    """Run NumPy kernel ``fn`` on CuPy arrays; its outputs must be CuPy arrays."""
+    def kernel(prim, inputs):
+        try:
+            out = fn(prim, inputs)
+        except TypeError as exc:
+            if any(m in str(exc) for m in ("Implicit conversion", "not supported",
+                                           "returned NotImplemented")):
+                raise KernelNotFoundError(
+                    f"{cls.name} has no kernel on backend 'cuda': its NumPy kernel needs the "
+                    f"host ({exc}). Register a CuPy kernel for it in "
+                    f"lazyx.backends.cuda.kernels.") from None
+            raise
+        nd = _cp.ndarray
+        outs = out if type(out) in (tuple, list) else (out,)
+        for o in outs:
+            if type(o) is not nd:
+                raise KernelNotFoundError(
+                    f"{cls.name} has no kernel on backend 'cuda': its NumPy kernel returned a "
+                    f"host {type(o).__name__} (it computes on the host). Register a CuPy kernel "
+                    f"for it in lazyx.backends.cuda.kernels.")
+        return out
+    kernel.__wrapped__ = fn
+    return kernel
+
+
+@hookimpl
+def lazyx_backends():
+    return [CudaBackend()]

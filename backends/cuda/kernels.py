@@ -1,0 +1,639 @@
+"""CuPy kernels of the CUDA backend, for the primitives whose NumPy kernels
+cannot run on CuPy arrays as written (they create host arrays, or loop in
+Python). Everything else runs its NumPy kernel on CuPy arrays (see the
+package docstring).
+
+Each kernel returns exactly the shape and dtype the NumPy kernel returns; the
+GPU tests compare the two backends element for element.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+import ml_dtypes
+
+from lazyx.errors import IndexOutOfRangeError
+from lazyx.plugins import creation as cr
+from lazyx.plugins import elementwise as ew
+from lazyx.plugins import indexing as ix
+from lazyx.plugins import products as pr
+from lazyx.plugins import random as rd
+from lazyx.plugins import reductions as red
+from lazyx.plugins import shapes as sh
+from lazyx.plugins import sorting as so
+
+from lazyx.backends.cpu.kernels import creation as np_creation
+from lazyx.backends.cpu.kernels import indexing as np_indexing
+from lazyx.backends.cpu.kernels import reductions as np_reductions
+from lazyx.backends.cpu.kernels import shapes as np_shapes
+
+from . import CudaKernel, launch_config
+
+
+# -- creation ----------------------------------------------------------------------
+def _fill(p, ins):
+    if p.value == 0:
+        return cp.zeros(p.shape, p.dtype.np)
+    return cp.full(p.shape, p.value, p.dtype.np)
+
+
+def _arange(p, ins):
+    n = p.output_shapes(())[0][0]
+    d = p.dtype
+    if d.kind in "iu":
+        i = cp.arange(n, dtype=cp.int64)
+        return (int(p.start) + i * int(p.step)).astype(d.np)
+    return (p.start + cp.arange(n, dtype=cp.float64) * p.step).astype(d.np)
+
+
+def _from_parameters(host_kernel):
+    """Linspace and the windows are functions of their parameters alone: they are
+    computed by the NumPy kernel (so the bits, truncation to integers included, are
+    the CPU's) and copied to the device."""
+    return lambda p, ins: cp.asarray(host_kernel(p, ins))
+
+
+# -- random bits: Threefry-2x32 (20 rounds), the counters of the NumPy kernel ------
+_THREEFRY = CudaKernel(r"""
+__device__ __forceinline__ unsigned int rotl(unsigned int x, int r) {
+    return (x << r) | (x >> (32 - r));
+}
+extern "C" __global__ void random_bits(const unsigned int* keys, unsigned int* words,
+                                       long long nkeys, long long nwords, long long half) {
+    const int R0[4] = {13, 15, 26, 6};
+    const int R1[4] = {17, 29, 16, 24};
+    long long total = nkeys * half;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        long long b = t / half, c = t - b * half;
+        unsigned int k0 = keys[2 * b], k1 = keys[2 * b + 1];
+        unsigned int ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
+        unsigned int x0 = (unsigned int)c + k0;
+        unsigned int x1 = ((c == half - 1 && (nwords & 1)) ? 0u : (unsigned int)(c + half)) + k1;
+        for (int i = 0; i < 5; ++i) {
+            const int* R = (i & 1) ? R1 : R0;
+            for (int j = 0; j < 4; ++j) { x0 += x1; x1 = rotl(x1, R[j]); x1 ^= x0; }
+            x0 += ks[(i + 1) % 3];
+            x1 += ks[(i + 2) % 3] + (unsigned int)(i + 1);
+        }
+        words[b * nwords + c] = x0;
+        if (c + half < nwords) words[b * nwords + c + half] = x1;
+    }
+}
+""", "lazyx.backends.cuda.kernels (threefry)")
+
+
+def _random_bits(p, ins):
+    keys = cp.ascontiguousarray(ins[0])
+    batch = keys.shape[:-1]
+    keys = keys.reshape(-1, 2)
+    n = 1
+    for s in p.shape:
+        n *= s
+    nbytes = n * p.width
+    nwords = (nbytes + 3) // 4
+    half = (nwords + 1) // 2
+    words = cp.empty((keys.shape[0], nwords), cp.uint32)
+    if words.size:
+        grid, block = launch_config(keys.shape[0] * half)
+        _THREEFRY.function("random_bits")(
+            grid, block, (keys, words, np.int64(keys.shape[0]), np.int64(nwords), np.int64(half)))
+    if p.width != 4:
+        words = cp.ascontiguousarray(words.view(cp.uint8)[:, :nbytes]).view(
+            np.dtype(f"u{p.width}"))
+    return words.reshape(batch + p.shape)
+
+
+def _matrix_sqrt(p, ins):
+    c = ins[0]
+    if c.size == 0:
+        return cp.zeros(c.shape, c.dtype)
+    u, s, vt = cp.linalg.svd(c.astype(cp.float64))
+    return cp.matmul(u * cp.sqrt(s)[..., None, :], vt).astype(c.dtype)
+
+
+
+_F32 = np.dtype(np.float32)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_HALVES = (np.dtype(np.float16), _BF16)
+_BOOL = np.dtype(np.bool_)
+_U8 = np.dtype(np.uint8)
+_U32 = np.dtype(np.uint32)
+
+
+def _bf16_as_float32(fn):
+    """CuPy has no bfloat16 loop for sorting and a few ufuncs: run those in float32
+    (exact for bfloat16 values) and round floating results back."""
+    def kernel(p, ins):
+        if not any(x.dtype == _BF16 for x in ins):
+            return fn(p, ins)
+        out = fn(p, [x.astype(_F32) if x.dtype == _BF16 else x for x in ins])
+        back = lambda o: o.astype(_BF16) if o.dtype == _F32 else o  # noqa: E731
+        return tuple(back(o) for o in out) if type(out) is tuple else back(out)
+    return kernel
+
+
+def _floating(d) -> bool:
+    return d.kind in "fc" or d == _BF16  # ml_dtypes' bfloat16 has kind "V"
+
+
+def _astype(p, ins):
+    x = ins[0]
+    to = p.dtype.np
+    if x.dtype.kind == "c" and to.kind != "c":
+        x = x.real
+    if to.kind == "u" and _floating(x.dtype):
+        # NumPy (and the CPU backends) convert through int64, so -3.0 wraps to 2**bits - 3;
+        # a CUDA conversion would saturate it to 0.
+        if to.itemsize == 8:
+            big = x >= 2.0 ** 63
+            return cp.where(big, x.astype(to), x.astype(cp.int64).astype(to))
+        return x.astype(cp.int64).astype(to)
+    return x.astype(to, copy=False)
+
+
+def _as_bool(x):
+    return x if x.dtype == _BOOL else x != 0
+
+
+def _bool_as_uint8(fn):
+    def kernel(p, ins):
+        if ins[0].dtype != _BOOL:
+            return fn(p, ins)
+        out = fn(p, [x.view(_U8) for x in ins])
+        if type(out) is tuple:
+            return tuple(o.astype(_BOOL) for o in out)
+        return out.astype(_BOOL)
+    return kernel
+
+
+# -- element-wise ------------------------------------------------------------------
+def _special(name):
+    def kernel(p, ins):
+        from cupyx.scipy import special
+        x = ins[0]
+        return getattr(special, name)(x.astype(np.float64)).astype(x.dtype)
+    return kernel
+
+
+def _is_inf(sign):
+    def kernel(p, ins):
+        x = ins[0]
+        if x.dtype.kind in "biu":
+            return cp.zeros(x.shape, _BOOL)
+        return x == sign * np.inf
+    return kernel
+
+
+def _nan_to_num(p, ins):
+    x = ins[0]
+    out = x.copy()
+    if _floating(x.dtype):
+        for value, mask in ((p.nan, cp.isnan(x)), (p.posinf, x == np.inf),
+                            (p.neginf, x == -np.inf)):
+            cp.copyto(out, cp.asarray(value).astype(x.dtype), where=mask)
+    return out
+
+
+def _floor_divide(p, ins):
+    x, y = ins
+    if x.dtype.kind == "c":
+        return cp.divide(x, y)
+    if x.dtype.kind in "iu":
+        q = cp.floor_divide(x, y)
+        return cp.where(y == 0, 0, q).astype(x.dtype)  # MLX: x // 0 == 0 for integers
+    return cp.floor_divide(x, y)
+
+
+def _remainder_of(x, y):
+    r = cp.remainder(x, y)
+    if x.dtype.kind in "iu":
+        r = cp.where(y == 0, x, r).astype(x.dtype)  # MLX: x % 0 == x for integers
+    return r
+
+
+def _divmod(p, ins):
+    x, y = ins
+    return _floor_divide(p, ins), _remainder_of(x, y)
+
+
+def _power(p, ins):
+    x, y = ins
+    if x.dtype.kind == "i":
+        neg = y < 0
+        return cp.where(neg, 0, cp.power(x, cp.where(neg, 0, y))).astype(x.dtype)
+    return cp.power(x, y)
+
+
+def _isclose(p, ins):
+    return cp.isclose(ins[0], ins[1], rtol=p.rtol, atol=p.atol, equal_nan=p.equal_nan)
+
+
+def _allclose(p, ins):
+    return cp.all(_isclose(p, ins)).reshape(())
+
+
+def _array_equal(p, ins):
+    x, y = ins
+    if x.shape != y.shape:
+        return cp.asarray(False)
+    eq = x == y
+    if p.equal_nan and _floating(x.dtype):
+        eq |= cp.isnan(x) & cp.isnan(y)
+    return cp.all(eq).reshape(())
+
+
+def _select(p, ins):
+    c, x, y = ins
+    return cp.where(c, x, y).astype(x.dtype, copy=False)
+
+
+# -- products ------------------------------------------------------------------------
+def _matmul_of(a, b):
+    try:
+        return cp.matmul(a, b)
+    except (TypeError, ValueError, NotImplementedError):
+        if a.dtype not in _HALVES:
+            raise
+        return cp.matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+
+
+def _matmul(p, ins):
+    return _matmul_of(ins[0], ins[1])
+
+
+def _addmm(p, ins):
+    c, a, b = ins
+    d = a.dtype
+    out = _matmul_of(a, b)
+    if out.dtype in _HALVES:
+        out = out.astype(_F32)
+    if p.alpha != 1.0:
+        out *= p.alpha
+    if p.beta != 0.0:  # beta == 0 ignores c (its NaNs do not leak), as gemm does
+        out = out + (c.astype(out.dtype) if p.beta == 1.0 else p.beta * c.astype(out.dtype))
+    return out.astype(d, copy=False)
+
+
+# -- reductions ------------------------------------------------------------------------
+def _arg_reduce(p, ins):
+    x = ins[0]
+    if x.dtype == _BF16:
+        x = x.astype(_F32)
+    r = (cp.argmax if p.op == "argmax" else cp.argmin)(x, axis=p.axis)
+    return r.astype(_U32).reshape(p.output_shapes([_Shaped(ins[0].shape)])[0])
+
+
+class _Shaped:
+    """Stands for an input in ``output_shapes`` (which reads ``.shape`` only)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
+def _median(p, ins):
+    x = ins[0]
+    d = x.dtype
+    if d in _HALVES:
+        x = x.astype(_F32)
+    axes = tuple(a % x.ndim for a in p.axes) if x.ndim else ()
+    rest = [a for a in range(x.ndim) if a not in axes]
+    moved = x.transpose(rest + list(axes)).reshape(tuple(x.shape[a] for a in rest) + (-1,))
+    r = cp.median(moved, axis=-1)
+    return r.reshape(p.output_shapes([_Shaped(ins[0].shape)])[0]).astype(d, copy=False)
+
+
+def _doubling_scan(op, x, axis):
+    """An inclusive scan by an associative element-wise ``op`` in log2(n) passes
+    (CuPy has accumulate for add and multiply only)."""
+    r = x.copy()
+    n = r.shape[axis]
+    head = (slice(None),) * axis
+    step = 1
+    while step < n:
+        # r[i] = op(r[i - step], r[i]) for i >= step, from the previous pass's values
+        r[head + (slice(step, None),)] = op(r[head + (slice(0, n - step),)],
+                                            r[head + (slice(step, None),)])
+        step *= 2
+    return r
+
+
+def _cumsum(x, axis):
+    d = x.dtype
+    if d in _HALVES:
+        return cp.cumsum(x.astype(_F32), axis=axis).astype(d)
+    return cp.cumsum(x, axis=axis, dtype=np_reductions._SUM_NP.get(d, d)).astype(d, copy=False)
+
+
+def _cumprod(x, axis):
+    d = x.dtype
+    if d.kind == "b":
+        return _doubling_scan(cp.logical_and, x, axis)
+    if d in _HALVES:
+        return cp.cumprod(x.astype(_F32), axis=axis).astype(d)
+    return cp.cumprod(x, axis=axis, dtype=d)
+
+
+def _logcumsumexp(x, axis):
+    d = x.dtype
+    if d in _HALVES:
+        x = x.astype(_F32)
+    if x.dtype.kind == "c":
+        m = x.real.max(axis=axis, keepdims=True)
+        m = cp.where(cp.isfinite(m), m, 0).astype(m.dtype)
+        r = cp.log(cp.cumsum(cp.exp(x - m), axis=axis)) + m
+    else:
+        r = _doubling_scan(cp.logaddexp, x, axis)
+    return r.astype(d, copy=False)
+
+
+def _minmax_scan(op):
+    def scan(x, axis):
+        if x.dtype == _BF16:
+            return _doubling_scan(op, x.astype(_F32), axis).astype(_BF16)
+        return _doubling_scan(op, x, axis)
+    return scan
+
+
+_SCANS = {"sum": _cumsum, "prod": _cumprod, "max": _minmax_scan(cp.maximum),
+          "min": _minmax_scan(cp.minimum), "logaddexp": _logcumsumexp}
+
+
+def _scan(p, ins):
+    x = ins[0]
+    axis = p.axis
+    if p.reverse:
+        x = cp.flip(x, axis)
+    r = _SCANS[p.op](x, axis)
+    if not p.inclusive and r.shape[axis]:
+        out = cp.empty_like(r)
+        head = (slice(None),) * axis
+        out[head + (slice(0, 1),)] = np_reductions._identity(p.op, r.dtype)
+        out[head + (slice(1, None),)] = r[head + (slice(0, -1),)]
+        r = out
+    if p.reverse:
+        r = cp.flip(r, axis)
+    return cp.ascontiguousarray(r)
+
+
+# -- shapes ---------------------------------------------------------------------------------
+def _pad(p, ins):
+    x, v = ins
+    shape = list(x.shape)
+    inner = [slice(None)] * x.ndim
+    for ax, lo, hi in zip(p.axes, p.low_pad_size, p.high_pad_size):
+        shape[ax] += lo + hi
+        inner[ax] = slice(lo, lo + x.shape[ax])
+    out = cp.empty(shape, dtype=x.dtype)
+    out[...] = v
+    out[tuple(inner)] = x
+    return out
+
+
+def _host_input(fn, *positions):
+    """Run NumPy kernel ``fn`` with the inputs at ``positions`` (a few start indices,
+    read to decide which block to take) copied to the host; the data stays on the device."""
+    def kernel(p, ins):
+        ins = list(ins)
+        for i in positions:
+            ins[i] = ins[i].get()
+        return fn(p, ins)
+    return kernel
+
+
+def _as_strided(p, ins):
+    x = ins[0]
+    if 0 in p.shape:
+        return cp.empty(p.shape, dtype=x.dtype)
+    flat = cp.ascontiguousarray(x).reshape(-1)
+    if not (0 <= p.offset < flat.size):
+        raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array of "
+                                   f"{flat.size} elements.")
+    item = flat.itemsize
+    return cp.lib.stride_tricks.as_strided(flat[p.offset:], shape=p.shape,
+                                           strides=tuple(s * item for s in p.strides))
+
+
+def _view(p, ins):
+    x = ins[0]
+    return (x if x.ndim == 0 else cp.ascontiguousarray(x)).view(p.dtype.np)
+
+
+def _contiguous(p, ins):
+    x = ins[0]
+    if p.allow_col_major and x.flags.f_contiguous:
+        return x
+    return cp.ascontiguousarray(x)
+
+
+# -- indexing: CuPy wraps out-of-range indices silently, so they are checked first ----
+def _dummy(shape):
+    """A zero-stride host array of ``shape``: indexing it checks bounds for free."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=shape,
+                                           strides=(0,) * len(shape))
+
+
+def _extremes(arrays):
+    """The (min, max) of each non-empty integer array, read back in one transfer."""
+    live = [a for a in arrays if a.size]
+    if not live:
+        return {}
+    got = cp.stack([cp.stack([a.min().astype(cp.int64), a.max().astype(cp.int64)])
+                    for a in live]).get()
+    return {id(a): got[i] for i, a in enumerate(live)}
+
+
+def _check_key(p, shape, key):
+    arrays = [k for k in key if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"]
+    ext = _extremes(arrays)
+    if not ext:
+        return
+    for pick in (0, 1):
+        probe = tuple(np.asarray([ext[id(k)][pick]]) if id(k) in ext else
+                      (np.zeros(0, np.int64) if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"
+                       else (k.get() if isinstance(k, cp.ndarray) else k)) for k in key)
+        try:
+            _dummy(shape)[probe]
+        except IndexError as e:
+            raise np_indexing._out_of_range(p, e) from None
+
+
+def _check_axis(p, idx, n):
+    ext = _extremes([idx])
+    if ext:
+        lo, hi = ext[id(idx)]
+        if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            raise np_indexing._out_of_range(
+                p, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
+
+
+def _gather(p, ins):
+    x = ins[0]
+    key = np_indexing._key(p, ins)
+    _check_key(p, x.shape, key)
+    ax = p._take_axis
+    if ax >= 0 and p._take_rest == x.shape[:ax] + x.shape[ax + 1:]:
+        return cp.take(x, ins[1], axis=ax)
+    return x[key]
+
+
+def _last(a, b):
+    return b
+
+
+def _scatter_into(out, key, values, reduce):
+    """``out[key] (reduce)= values`` with repeated positions combined, in place; for an
+    assignment the last update of a position wins, as on the CPU (a plain CuPy
+    assignment leaves the winner to the hardware)."""
+    if reduce is None and not any(isinstance(k, cp.ndarray) for k in key):
+        out[key] = values  # slices and integers: no position repeats
+        return
+    target_shape = out[key].shape
+    values = cp.broadcast_to(cp.asarray(values, dtype=out.dtype), target_shape).reshape(-1)
+    pos = cp.arange(out.size, dtype=cp.int64).reshape(out.shape)[key].reshape(-1)
+    flat = out.reshape(-1)
+    if reduce == "add" and out.dtype in (_F32, np.dtype(np.float64), np.dtype(np.int32),
+                                         np.dtype(np.uint32), np.dtype(np.uint64)):
+        import cupyx
+        cupyx.scatter_add(flat, pos, values)  # atomics
+        return
+    op = {"add": cp.add, "prod": cp.multiply, "max": cp.maximum, "min": cp.minimum,
+          None: _last}[reduce]
+    _segmented_at(op, flat, pos, values)
+
+
+def _segmented_at(op, flat, pos, values):
+    """``flat[pos] = op(flat[pos], values)`` with repeated positions combined by ``op``:
+    the updates are sorted by position (stable) and each run of equal positions is
+    reduced by a segmented doubling scan; any dtype, any associative op."""
+    if pos.size == 0:
+        return
+    order = cp.argsort(pos, kind="stable")
+    pos, acc = pos[order], values[order]
+    starts = cp.concatenate([cp.ones(1, cp.bool_), pos[1:] != pos[:-1]])
+    seg = cp.cumsum(starts)
+    n = acc.size
+    step = 1 if op is not _last else n  # the last of a run needs no scan
+    while step < n:
+        same = seg[step:] == seg[:-step]
+        acc[step:] = cp.where(same, op(acc[:-step], acc[step:]), acc[step:])
+        step *= 2
+    last = cp.concatenate([starts[1:], cp.ones(1, cp.bool_)])
+    where = pos[last]
+    flat[where] = op(flat[where], acc[last])
+
+
+def _scatter(p, ins):
+    x = ins[0]
+    out = x.copy()
+    key = np_indexing._key(p, ins)
+    _check_key(p, x.shape, key)
+    _scatter_into(out, key, ins[1], p.reduce)
+    return out
+
+
+def _slice_update(p, ins):
+    out = ins[0].copy()
+    out[p._key] = ins[1]
+    return out
+
+
+def _gather_axis(p, ins):
+    x, idx = ins
+    _check_axis(p, idx, x.shape[p.axis])
+    return cp.take_along_axis(x, idx, axis=p.axis)
+
+
+def _scatter_axis(p, ins):
+    x, idx, v = ins
+    nd = x.ndim
+    vs = (1,) * (nd - v.ndim) + v.shape
+    ax = p.axis
+    _check_axis(p, idx, x.shape[ax])
+    full = x.shape[:ax] + np.broadcast_shapes((idx.shape[ax],), (vs[ax],)) + x.shape[ax + 1:]
+    idx = cp.broadcast_to(idx, full).astype(cp.int64)
+    idx = cp.where(idx < 0, idx + x.shape[ax], idx)
+    v = cp.broadcast_to(v, full)
+    # The positions along every other axis are their own coordinates.
+    grids = list(cp.indices(full, dtype=cp.int64))
+    grids[ax] = idx
+    out = x.copy()
+    pos = cp.ravel_multi_index(tuple(grids), x.shape).reshape(-1)
+    _segmented_at(_last, out.reshape(-1), pos, cp.ascontiguousarray(v).reshape(-1))
+    return out
+
+
+# -- sorting ----------------------------------------------------------------------------------
+def _topk(p, ins):
+    x = ins[0]
+    axis, k = p.axis, p.k
+    n = x.shape[axis]
+    if k == n:
+        return x
+    head = (slice(None),) * axis
+    if k == 0:
+        return x[head + (slice(0, 0),)]
+    return cp.partition(x, n - k, axis=axis)[head + (slice(n - k, None),)]
+
+
+def _searchsorted(p, ins):
+    return cp.searchsorted(ins[0], ins[1], side=p.side).astype(_U32)
+
+
+KERNELS = {
+    cr.Fill: _fill,
+    cr.Arange: _arange,
+    cr.Linspace: _from_parameters(np_creation._linspace),
+    cr.Eye: lambda p, ins: cp.eye(p.n, p.m, p.k, dtype=p.dtype.np),
+    cr.Tri: lambda p, ins: cp.tri(p.n, p.m, p.k, dtype=p.dtype.np),
+    cr.Window: _from_parameters(np_creation._window),
+    rd.RandomBits: _random_bits,
+    rd.MatrixSqrt: _matrix_sqrt,
+    ew.AsType: _astype,
+    ew.Erf: _special("erf"),
+    ew.ErfInv: _special("erfinv"),
+    ew.IsPosInf: _is_inf(1),
+    ew.IsNegInf: _is_inf(-1),
+    ew.NanToNum: _nan_to_num,
+    ew.FloorDivide: _bool_as_uint8(_bf16_as_float32(_floor_divide)),
+    ew.Remainder: _bool_as_uint8(_bf16_as_float32(lambda p, ins: _remainder_of(*ins))),
+    ew.DivMod: _bool_as_uint8(_bf16_as_float32(_divmod)),
+    ew.Power: _bool_as_uint8(_power),
+    ew.LogicalNot: lambda p, ins: cp.logical_not(_as_bool(ins[0])),
+    ew.LogicalAnd: lambda p, ins: cp.logical_and(_as_bool(ins[0]), _as_bool(ins[1])),
+    ew.LogicalOr: lambda p, ins: cp.logical_or(_as_bool(ins[0]), _as_bool(ins[1])),
+    ew.LogicalXor: lambda p, ins: cp.logical_xor(_as_bool(ins[0]), _as_bool(ins[1])),
+    ew.IsClose: _bf16_as_float32(_isclose),
+    ew.AllClose: _bf16_as_float32(_allclose),
+    ew.ArrayEqual: _array_equal,
+    ew.Select: _select,
+    pr.Matmul: _matmul,
+    pr.AddMM: _addmm,
+    red.ArgReduce: _arg_reduce,
+    red.Median: _median,
+    red.Scan: _scan,
+    sh.Pad: _pad,
+    sh.DynamicSlice: _host_input(np_shapes._dynamic_slice, 1),
+    sh.DynamicSliceUpdate: _host_input(np_shapes._dynamic_slice_update, 2),
+    sh.AsStrided: _as_strided,
+    sh.View: _view,
+    sh.Contiguous: _contiguous,
+    ix.Gather: _gather,
+    ix.Scatter: _scatter,
+    ix.SliceUpdate: _slice_update,
+    ix.GatherAxis: _gather_axis,
+    ix.ScatterAxis: _scatter_axis,
+    so.Sort: _bf16_as_float32(lambda p, ins: cp.sort(ins[0], axis=p.axis)),
+    so.ArgSort: _bf16_as_float32(lambda p, ins: cp.argsort(ins[0], axis=p.axis,
+                                                           kind="stable").astype(_U32)),
+    so.Partition: _bf16_as_float32(lambda p, ins: cp.partition(ins[0], p.kth, axis=p.axis)),
+    so.ArgPartition: _bf16_as_float32(
+        lambda p, ins: cp.argpartition(ins[0], p.kth, axis=p.axis).astype(_U32)),
+    so.TopK: _bf16_as_float32(_topk),
+    so.SearchSorted: _bf16_as_float32(_searchsorted),
+}

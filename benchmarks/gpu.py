@@ -1,0 +1,160 @@
+"""The CUDA backend on an NVIDIA GPU, side by side with PyTorch and CuPy in one run.
+
+    python benchmarks/gpu.py [--quick]
+
+Rows: the per-op cost of a tiny op (lazyx builds, schedules and launches; the
+GPU is idle), bandwidth-bound element-wise ops and a reduction on 64M float32
+(GB/s counting bytes read and written, against a device-to-device copy), a
+softmax, and matrix products in float32 and bfloat16 (TFLOP/s). Every timing
+waits for the GPU (``synchronize``); medians of repeats after warm-ups, the
+frameworks taking turns. The last column is lazyx's time over the best peer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.timing import compare  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    budget = 0.3 if args.quick else 1.0
+
+    import cupy as cp
+    import lazyx.core as mx
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+    ml_bf16 = mx.bfloat16.np
+
+    def sync():
+        cp.cuda.Device().synchronize()
+
+    def tsync():
+        torch.cuda.synchronize()
+
+    rows = []
+
+    def row(label, lazyx_fn, peers: dict, work=None, unit=""):
+        fns = {"lazyx": lazyx_fn, **{k: v for k, v in peers.items() if v is not None}}
+        t = compare(fns, budget_s=budget, rounds=4)
+        best = min((v, k) for k, v in t.items() if k != "lazyx")
+        cells = []
+        for k, v in t.items():
+            cells.append(f"{k} {v * 1e6:9.1f} µs" + (f" ({work / v / 1e9:7.1f} {unit})" if work else ""))
+        rows.append((label, cells, t["lazyx"] / best[0], best[1]))
+
+    gen = np.random.default_rng(0)
+    # -- per-op overhead ----------------------------------------------------------
+    small = gen.standard_normal(16).astype(np.float32)
+    xs = mx.array(small)
+    mx.eval(mx.exp(xs))
+    cs = cp.asarray(small)
+    ts = torch.from_numpy(small).cuda() if torch else None
+
+    def lz_small():
+        y = xs
+        for _ in range(10):
+            y = y + 1.0
+        mx.eval(y)
+        sync()
+
+    def cp_small():
+        y = cs
+        for _ in range(10):
+            y = y + 1.0
+        sync()
+
+    def t_small():
+        y = ts
+        for _ in range(10):
+            y = y + 1.0
+        tsync()
+    rows_before = len(rows)
+    row("10 x (x + 1), float32[16] (per call)", lz_small, {"cupy": cp_small, "torch": t_small if torch else None})
+
+    # -- bandwidth ------------------------------------------------------------------
+    n = 1 << 26
+    host = gen.standard_normal(n).astype(np.float32)
+    a = mx.exp(mx.array(host))
+    b = mx.sin(mx.array(host))
+    mx.eval(a, b)
+    ca, cb = a._data, b._data
+    ta = torch.as_tensor(ca, device="cuda") if torch else None
+    tb = torch.as_tensor(cb, device="cuda") if torch else None
+
+    def lz(f):
+        def run():
+            mx.eval(f())
+            sync()
+        return run
+
+    def cpf(f):
+        def run():
+            f()
+            sync()
+        return run
+
+    def tf(f):
+        if torch is None:
+            return None
+
+        def run():
+            f()
+            tsync()
+        return run
+    row("x + 0.0 64M f32 (GB/s r+w)", lz(lambda: mx.array(a) + 0.0),
+        {"cupy copy": cpf(lambda: ca.copy()), "torch clone": tf(lambda: ta.clone())},
+        work=2 * 4 * n, unit="GB/s")
+    row("add 64M f32 (GB/s)", lz(lambda: a + b), {"cupy": cpf(lambda: ca + cb),
+                                                 "torch": tf(lambda: ta + tb)},
+        work=3 * 4 * n, unit="GB/s")
+    row("exp 64M f32 (GB/s)", lz(lambda: mx.exp(a)), {"cupy": cpf(lambda: cp.exp(ca)),
+                                                     "torch": tf(lambda: torch.exp(ta))},
+        work=2 * 4 * n, unit="GB/s")
+    row("sum 64M f32 (GB/s)", lz(lambda: mx.sum(a)), {"cupy": cpf(lambda: ca.sum()),
+                                                     "torch": tf(lambda: ta.sum())},
+        work=4 * n, unit="GB/s")
+    m2 = mx.reshape(a, (16384, 4096))
+    c2 = ca.reshape(16384, 4096)
+    t2 = ta.reshape(16384, 4096) if torch else None
+    row("softmax 16384x4096 f32 (GB/s)", lz(lambda: mx.softmax(m2, axis=-1)),
+        {"cupy (max/exp/sum)": cpf(lambda: (lambda e: e / e.sum(-1, keepdims=True))(cp.exp(c2 - c2.max(-1, keepdims=True)))),
+         "torch": tf(lambda: torch.softmax(t2, -1))}, work=2 * 4 * n, unit="GB/s")
+
+    # -- matmul -----------------------------------------------------------------------
+    for dt, name in ((np.float32, "f32"), (ml_bf16, "bf16")):
+        k = 8192
+        hm = gen.standard_normal((k, k)).astype(np.float32)
+        x = mx.astype(mx.array(hm), mx.float32 if name == "f32" else mx.bfloat16)
+        mx.eval(x)
+        cx = x._data
+        tx = torch.as_tensor(hm, device="cuda").to(torch.float32 if name == "f32" else torch.bfloat16) if torch else None
+        try:
+            row(f"matmul {k}^3 {name} (TFLOP/s)", lz(lambda: x @ x),
+                {"cupy": cpf(lambda: cx @ cx), "torch": tf(lambda: tx @ tx)},
+                work=2 * k ** 3 / 1e3, unit="TFLOP/s")
+        except Exception as exc:  # report, keep going
+            rows.append((f"matmul {k}^3 {name}", [f"failed: {type(exc).__name__}: {str(exc)[:120]}"], float("nan"), ""))
+
+    print()
+    print(f"{'case':40s} | timings | lazyx / best peer")
+    for label, cells, ratio, best in rows:
+        print(f"{label:40s} | {' | '.join(cells)} | {ratio:.2f}x ({best})")
+    del rows_before
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""The CUDA backend: every registered primitive on the GPU against the CPU, data
+moving between devices by itself, transforms on the GPU, NVRTC kernels.
+
+On machines without CUDA (CI) only the availability and error tests run; the
+rest skip with the backend's reason. On a GPU machine run the op suites on the
+GPU too: ``LAZYX_DEFAULT_DEVICE=gpu python -m pytest tests/plugins``.
+"""
+
+import numpy as np
+import pytest
+
+import lazyx.core as mx
+from lazyx import registry
+from lazyx.backend import backends, resolve_kernel
+from lazyx.errors import BackendError, DeviceError, LazyxError
+
+CUDA = backends()["cuda"]
+needs_gpu = pytest.mark.skipif(not CUDA.is_available(),
+                               reason=f"cuda backend unavailable: {CUDA.unavailable_reason()}")
+
+
+# -- everywhere -------------------------------------------------------------------------
+def test_unavailable_backend_says_why():
+    if CUDA.is_available():
+        pytest.skip("CUDA is available here")
+    reason = CUDA.unavailable_reason()
+    assert "CuPy" in reason
+    with pytest.raises(DeviceError, match="cuda"):
+        mx.add(mx.array(1.0), 2.0, stream=mx.gpu)
+    with pytest.raises(BackendError, match="not available"):
+        mx.use_backend("gpu", "cuda")
+    assert mx.default_device() == mx.cpu
+
+
+def test_bad_default_device_variable(monkeypatch):
+    from lazyx import device
+    monkeypatch.setenv("LAZYX_DEFAULT_DEVICE", "tpu")
+    with pytest.raises(DeviceError, match="LAZYX_DEFAULT_DEVICE"):
+        device.choose_default_device()
+    monkeypatch.setenv("LAZYX_DEFAULT_DEVICE", "cpu")
+    assert device.choose_default_device() == mx.cpu
+
+
+# -- on the GPU ----------------------------------------------------------------------------
+def _outputs(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _lazyx(a):
+    # float64 data stays float64 (mx.array would make float32 of it, as MLX does)
+    return mx.array(a, dtype=mx.float64) if a.dtype == np.float64 else mx.array(a)
+
+
+def _run(fn, args, device):
+    with mx.stream(device):
+        outs = _outputs(fn(*[_lazyx(a) for a in args]))
+        mx.eval(outs)
+    return outs
+
+
+EXAMPLES = [(cls, i, make) for cls in sorted(registry.primitives, key=lambda c: c.name)
+            for i, (make, _info) in enumerate(registry.examples().get(cls, ()))]
+
+
+@needs_gpu
+@pytest.mark.parametrize("cls,i,make", EXAMPLES,
+                         ids=[f"{c.name}-{i}" for c, i, _ in EXAMPLES])
+def test_every_primitive_on_gpu_matches_cpu(cls, i, make):
+    made = make()
+    fn, args = made[0], [np.asarray(a) for a in made[1]]
+    cpu = _run(fn, args, mx.cpu)
+    gpu = _run(fn, args, mx.gpu)
+    assert len(cpu) == len(gpu)
+    for c, g in zip(cpu, gpu):
+        assert CUDA.is_buffer(g._data), f"{cls.name}: the GPU result is not a device buffer"
+        assert g.shape == c.shape and g.dtype == c.dtype
+        cn, gn = np.asarray(c), np.asarray(g)
+        if cn.dtype.kind in "fc":
+            np.testing.assert_allclose(gn.astype(np.complex128 if cn.dtype.kind == "c" else np.float64),
+                                       cn.astype(np.complex128 if cn.dtype.kind == "c" else np.float64),
+                                       rtol=2e-5, atol=1e-6, err_msg=cls.name)
+        else:
+            np.testing.assert_array_equal(gn, cn, err_msg=cls.name)
+
+
+@needs_gpu
+def test_every_primitive_has_a_gpu_kernel():
+    # Fusion runs on CPU streams only (a GPU graph stays unfused), so Compiled needs none.
+    skip = {"Compiled"}
+    missing = [cls.name for cls in registry.primitives
+               if cls.name not in skip and resolve_kernel(CUDA, cls)[1] == "missing"]
+    assert not missing, f"no CUDA kernel: {missing}"
+
+
+@needs_gpu
+def test_data_moves_between_devices():
+    import cupy as cp
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = mx.array(host)                            # host data
+    g = mx.exp(a, stream=mx.gpu)                  # uploaded for the GPU
+    c = mx.add(g, 1.0, stream=mx.cpu)             # downloaded for the CPU
+    mx.eval(c)
+    assert isinstance(g._data, cp.ndarray) and isinstance(c._data, np.ndarray)
+    np.testing.assert_allclose(np.asarray(c), np.exp(host) + 1, rtol=1e-6)
+    assert g.tolist()[0][1] == pytest.approx(np.e, rel=1e-6)
+    assert mx.sum(g, stream=mx.gpu).item() == pytest.approx(np.exp(host).sum(), rel=1e-5)
+    assert "array(" in repr(g)
+    # numpy views of GPU results are host copies and read-only
+    v = np.asarray(g)
+    assert not v.flags.writeable
+
+
+@needs_gpu
+def test_transforms_on_gpu():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+
+    def loss(w, x):
+        return mx.mean(mx.logsumexp(mx.tanh(x @ w), axis=-1))
+
+    results = {}
+    for dev in (mx.cpu, mx.gpu):
+        with mx.stream(dev):
+            v, gw = mx.value_and_grad(loss)(mx.array(w), mx.array(x))
+            bx = mx.vmap(lambda r: mx.sum(mx.sin(r) * 2.0))(mx.array(x))
+            cl = mx.compile(loss)(mx.array(w), mx.array(x))
+            mx.eval(v, gw, bx, cl)
+            results[dev] = [np.asarray(t) for t in (v, gw, bx, cl)]
+    for c, g in zip(results[mx.cpu], results[mx.gpu]):
+        np.testing.assert_allclose(g, c, rtol=1e-4, atol=1e-6)
+
+
+@needs_gpu
+def test_cuda_kernel_errors():
+    from lazyx.backends.cuda import CudaKernel
+    bad = CudaKernel('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }',
+                     "bad.cu")
+    with pytest.raises(LazyxError, match="bad.cu"):
+        bad.function("k")
+    good = CudaKernel('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "good.cu")
+    with pytest.raises(LazyxError, match="no kernel 'nope'"):
+        good.function("nope")
+
+
+@needs_gpu
+def test_gpu_memory_figures_and_limit():
+    mx.eval(mx.ones((1024, 1024), stream=mx.gpu))
+    stats = CUDA.memory_stats()
+    assert stats["peak"] >= stats["active"] >= 0 and stats["cache"] >= 0
