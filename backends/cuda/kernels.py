@@ -28,6 +28,7 @@ from lazyx.backends.cpu.kernels import creation as np_creation
 from lazyx.backends.cpu.kernels import indexing as np_indexing
 from lazyx.backends.cpu.kernels import reductions as np_reductions
 from lazyx.backends.cpu.kernels import shapes as np_shapes
+from lazyx.backends.cpu.kernels import sorting as np_sorting
 
 from . import CudaKernel, launch_config
 
@@ -381,19 +382,6 @@ def _scan(p, ins):
 
 
 # -- shapes ---------------------------------------------------------------------------------
-def _pad(p, ins):
-    x, v = ins
-    shape = list(x.shape)
-    inner = [slice(None)] * x.ndim
-    for ax, lo, hi in zip(p.axes, p.low_pad_size, p.high_pad_size):
-        shape[ax] += lo + hi
-        inner[ax] = slice(lo, lo + x.shape[ax])
-    out = cp.empty(shape, dtype=x.dtype)
-    out[...] = v
-    out[tuple(inner)] = x
-    return out
-
-
 def _host_input(fn, *positions):
     """Run NumPy kernel ``fn`` with the inputs at ``positions`` (a few start indices,
     read to decide which block to take) copied to the host; the data stays on the device."""
@@ -569,18 +557,6 @@ def _scatter_axis(p, ins):
 
 
 # -- sorting ----------------------------------------------------------------------------------
-def _topk(p, ins):
-    x = ins[0]
-    axis, k = p.axis, p.k
-    n = x.shape[axis]
-    if k == n:
-        return x
-    head = (slice(None),) * axis
-    if k == 0:
-        return x[head + (slice(0, 0),)]
-    return cp.partition(x, n - k, axis=axis)[head + (slice(n - k, None),)]
-
-
 def _searchsorted(p, ins):
     return cp.searchsorted(ins[0], ins[1], side=p.side).astype(_U32)
 
@@ -617,7 +593,7 @@ KERNELS = {
     red.ArgReduce: _arg_reduce,
     red.Median: _median,
     red.Scan: _scan,
-    sh.Pad: _pad,
+    sh.Pad: np_shapes._pad,  # written with np.empty_like: runs on CuPy arrays
     sh.DynamicSlice: _host_input(np_shapes._dynamic_slice, 1),
     sh.DynamicSliceUpdate: _host_input(np_shapes._dynamic_slice_update, 2),
     sh.AsStrided: _as_strided,
@@ -634,6 +610,6 @@ KERNELS = {
     so.Partition: _bf16_as_float32(lambda p, ins: cp.partition(ins[0], p.kth, axis=p.axis)),
     so.ArgPartition: _bf16_as_float32(
         lambda p, ins: cp.argpartition(ins[0], p.kth, axis=p.axis).astype(_U32)),
-    so.TopK: _bf16_as_float32(_topk),
+    so.TopK: _bf16_as_float32(np_sorting._topk),  # np.partition dispatches to CuPy
     so.SearchSorted: _bf16_as_float32(_searchsorted),
 }

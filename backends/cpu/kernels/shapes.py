@@ -42,7 +42,7 @@ def _pad(p, ins):
     for ax, lo, hi in zip(p.axes, p.low_pad_size, p.high_pad_size):
         shape[ax] += lo + hi
         inner[ax] = slice(lo, lo + x.shape[ax])
-    out = np.empty(shape, dtype=x.dtype)
+    out = np.empty_like(x, shape=shape)  # a CuPy array for CuPy inputs (cuda backend)
     out[...] = v
     out[tuple(inner)] = x
     return out
