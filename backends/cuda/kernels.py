@@ -31,6 +31,7 @@ from lazyx.backends.cpu.kernels import shapes as np_shapes
 from lazyx.backends.cpu.kernels import sorting as np_sorting
 
 from . import CudaKernel, launch_config
+from . import rowwise
 
 
 # -- creation ----------------------------------------------------------------------
@@ -590,6 +591,8 @@ KERNELS = {
     ew.Select: _select,
     pr.Matmul: _matmul,
     pr.AddMM: _addmm,
+    pr.Softmax: rowwise.softmax,
+    red.LogSumExp: rowwise.logsumexp,
     red.ArgReduce: _arg_reduce,
     red.Median: _median,
     red.Scan: _scan,

@@ -148,3 +148,25 @@ def test_gpu_memory_figures_and_limit():
     mx.eval(mx.ones((1024, 1024), stream=mx.gpu))
     stats = CUDA.memory_stats()
     assert stats["peak"] >= stats["active"] >= 0 and stats["cache"] >= 0
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float64, mx.float16, mx.bfloat16], ids=str)
+@pytest.mark.parametrize("axes", [(-1,), (1, 2), (0,), (0, 2)], ids=str)
+def test_softmax_and_logsumexp_kernels_match_cpu(dtype, axes):
+    gen = np.random.default_rng(5)
+    x = gen.uniform(-4, 4, (3, 5, 700)).astype(np.float32)
+    x[0, 0, :] = -np.inf          # a row of -inf: NaN from softmax, -inf from logsumexp
+    x[0, 1, 3] = np.inf           # +inf in a row
+    x[0, 2, 7] = np.nan           # NaN in a row
+    a = mx.astype(mx.array(x), dtype)
+    for keepdims in (False, True):
+        got = {}
+        for dev in (mx.cpu, mx.gpu):
+            s = mx.softmax(a, axis=list(axes), stream=dev)
+            l = mx.logsumexp(a, axis=list(axes), keepdims=keepdims, stream=dev)
+            mx.eval(s, l)
+            got[dev] = [np.asarray(mx.astype(t, mx.float64, stream=mx.cpu)) for t in (s, l)]
+        tol = 1e-5 if dtype in (mx.float32, mx.float64) else 2e-2
+        for c, g in zip(got[mx.cpu], got[mx.gpu]):
+            np.testing.assert_allclose(g, c, rtol=tol, atol=tol, equal_nan=True)
