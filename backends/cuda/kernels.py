@@ -146,9 +146,13 @@ def _astype(p, ins):
     to = p.dtype.np
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    if to.kind == "u" and _floating(x.dtype):
-        # NumPy (and the CPU backends) convert through int64, so -3.0 wraps to 2**bits - 3;
-        # a CUDA conversion would saturate it to 0.
+    if to.kind in "iu" and _floating(x.dtype):
+        # NumPy (and the CPU backends) convert through int64, so -3.0 wraps to 2**bits - 3
+        # and 300.0 to 44 in int8; a CUDA conversion would saturate them.
+        if x.dtype == _BF16:
+            x = x.astype(_F32)
+        if to.kind == "i" and to.itemsize == 8:
+            return x.astype(to)
         if to.itemsize == 8:
             big = x >= 2.0 ** 63
             return cp.where(big, x.astype(to), x.astype(cp.int64).astype(to))

@@ -548,6 +548,8 @@ def test_astype_to_every_dtype(src):
         def ref(a, dst=dst):
             if a.dtype.kind == "c" and dst.kind != "c":
                 a = a.real
+            elif src is mx.bfloat16 and dst.kind in "iu":
+                a = a.astype(np.float32)  # MLX converts bfloat16 to integers as float32
             with np.errstate(all="ignore"):
                 return a.astype(dst.np)
         out = check_op(lambda a: mx.astype(a, dst), ref, x, dtype=dst, upcast=False,

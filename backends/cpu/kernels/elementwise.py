@@ -64,6 +64,10 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
+    elif x.dtype == _HALVES[1] and to.kind in "iu":
+        # As MLX (and float32): through float32, so -3 wraps to 253 in uint8; ml_dtypes'
+        # own conversion gives 0 or wraps depending on its version.
+        x = x.astype(np.float32)
     return x.astype(to.np, copy=False)
 
 
@@ -250,43 +254,41 @@ def _array_equal(p, ins):
 
 # -- derivative products -----------------------------------------------------
 # The ufuncs of the unfused graph, in its order and dtype (so the results are the
-# same bits), run in one buffer of the output's shape instead of one per node.
-def _product_buffer(g, z):
-    shape = g.shape if g.shape == z.shape else np.broadcast_shapes(g.shape, z.shape)
-    return np.empty_like(z, shape=shape)  # a CuPy array when z is one (cuda backend)
+# same bits), the later ones in the buffer the first one allocated.
+def _times(g, d):
+    """``g * d``, in ``d``'s buffer when it is an array of the result's shape."""
+    if type(d) is np.ndarray and d.shape == g.shape:
+        return np.multiply(g, d, out=d)
+    return np.multiply(g, d)
 
 
 def _tanh_grad(p, ins):
     g, y = ins
-    d = np.square(y, out=_product_buffer(g, y))
-    np.subtract(y.dtype.type(1), d, out=d)
-    return np.multiply(g, d, out=d)
+    d = np.square(y)
+    d = np.subtract(y.dtype.type(1), d, out=d) if type(d) is np.ndarray else 1 - d
+    return _times(g, d)
 
 
 def _sigmoid_grad(p, ins):
     g, y = ins
-    d = np.subtract(y.dtype.type(1), y, out=_product_buffer(g, y))
-    np.multiply(y, d, out=d)
-    return np.multiply(g, d, out=d)
+    d = np.subtract(y.dtype.type(1), y)
+    d = np.multiply(y, d, out=d) if type(d) is np.ndarray else y * d
+    return _times(g, d)
 
 
 def _sin_grad(p, ins):
-    g, x = ins
-    d = np.cos(x, out=_product_buffer(g, x))
-    return np.multiply(g, d, out=d)
+    return _times(ins[0], np.cos(ins[1]))
 
 
 def _cos_grad(p, ins):
-    g, x = ins
-    d = np.sin(x, out=_product_buffer(g, x))
-    np.negative(d, out=d)
-    return np.multiply(g, d, out=d)
+    d = np.sin(ins[1])
+    return _times(ins[0], np.negative(d, out=d) if type(d) is np.ndarray else -d)
 
 
+# x + x is x * 2 exactly (doubling only moves the exponent), and one pass cheaper.
 def _square_grad(p, ins):
-    g, x = ins
-    d = np.multiply(x, x.dtype.type(2), out=_product_buffer(g, x))
-    return np.multiply(g, d, out=d)
+    x = ins[1]
+    return _times(ins[0], np.add(x, x))
 
 
 KERNELS = {

@@ -185,12 +185,6 @@ template <class To, class From> static inline To lx_cast(From x) {
   }
   else return (To)x;
 }
-template <class To> static inline To lx_cast_bf16(float x) {
-  const float t = std::trunc(x);
-  const float lo = (float)std::numeric_limits<To>::min();
-  const float hi = 2.0f * (float)((To)1 << (sizeof(To) * 8 - 1 - std::is_signed_v<To>));
-  return (t >= lo && t < hi) ? (To)t : To(0);  // NaN fails both tests
-}
 template <class T> static inline bool lx_nz(T a) { return a != T(0); }
 
 // -- unary ------------------------------------------------------------------------
@@ -408,9 +402,8 @@ def _node_text(e: Expr, names: dict) -> str:
     args = [names[id(a)] for a in e.args]
     ct = COMPUTE_TYPES[e.dtype]
     if e.op == "cast":
-        # ml_dtypes converts bfloat16 to integers out of range (or NaN) as 0.
-        f = "lx_cast_bf16" if e.args[0].dtype is dt.bfloat16 and e.dtype.kind in "iu" else "lx_cast"
-        text = f"{f}<{ct}>({args[0]})"
+        # bfloat16 is computed as float, so it converts to integers as float32 does (MLX's rule).
+        text = f"lx_cast<{ct}>({args[0]})"
     else:
         text = _TEMPLATES[e.op].format(*args)
         if e.dtype.kind in "biu" and e.op in _WIDENING:

@@ -235,29 +235,37 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
     pop = cot.pop
     get = cot.get
     add = mx.add
+    arr = _array
     for a in reversed(live):
         sib = a._siblings
+        ins = a._inputs
+        n = len(ins)
+        # The inputs that need a cotangent (a live node has at least one).
+        if n == 1:
+            argnums = [0]
+        elif n == 2:
+            if id(ins[0]) in active:
+                argnums = [0, 1] if id(ins[1]) in active else [0]
+            else:
+                argnums = [1]
+        else:
+            argnums = [i for i, x in enumerate(ins) if id(x) in active]
         if sib is None:
             c = pop(id(a), None)
             if c is None:
                 continue
             outs = [a]
+            if a._dtype.kind in _NO_GRAD_KINDS and _no_gradient(outs, ins, argnums):
+                continue
             cots = [c]
-            skip = a._dtype.kind in _NO_GRAD_KINDS
         else:
             cots = [pop(id(s), None) for s in sib]
             if all(c is None for c in cots):
                 continue
             outs = list(sib)
+            if _no_gradient(outs, ins, argnums):
+                continue
             cots = [mx.zeros_like(s) if c is None else c for s, c in zip(sib, cots)]
-            skip = True
-        ins = a._inputs
-        if len(ins) == 1:
-            argnums = [0]
-        else:
-            argnums = [i for i, x in enumerate(ins) if id(x) in active]
-        if skip and _no_gradient(outs, ins, argnums):
-            continue
         prim = a._prim
         res = prim.vjp(list(ins), cots, argnums, outs)
         if len(res) != len(argnums):
@@ -267,7 +275,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             if g is None:
                 continue
             x = ins[i]
-            if type(g) is not _array or g._dtype is not x._dtype or g._shape != x._shape:
+            if type(g) is not arr or g._dtype is not x._dtype or g._shape != x._shape:
                 g = _checked(prim, "vjp", g, x, "input", i)
             kx = id(x)
             prev = get(kx)
