@@ -4,8 +4,9 @@
 
 Rows: the per-op cost of a tiny op (lazyx builds, schedules and launches; the
 GPU is idle), bandwidth-bound element-wise ops and a reduction on 64M float32
-(GB/s counting bytes read and written, against a device-to-device copy), a
-softmax, and matrix products in float32 and bfloat16 (TFLOP/s). Every timing
+(GB/s counting bytes read and written, against a device-to-device copy),
+compiled (fused) GELU and a 10-op chain against ``torch.compile`` and a copy,
+a softmax, and matrix products in float32 and bfloat16 (TFLOP/s). Every timing
 waits for the GPU (``synchronize``); medians of repeats after warm-ups, the
 frameworks taking turns. The last column is lazyx's time over the best peer's.
 """
@@ -13,6 +14,7 @@ frameworks taking turns. The last column is lazyx's time over the best peer's.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -20,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.compile_fusion import chain  # noqa: E402
 from benchmarks.timing import compare  # noqa: E402
 
 
@@ -127,6 +130,36 @@ def main(argv=None):
     row("sum 64M f32 (GB/s)", lz(lambda: mx.sum(a)), {"cupy": cpf(lambda: ca.sum()),
                                                      "torch": tf(lambda: ta.sum())},
         work=4 * n, unit="GB/s")
+    # -- fused element-wise (compile): GELU (erf), one generated kernel ------------------------
+    def gelu(m, erf, x):
+        return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
+    lz_gelu = mx.compile(lambda x: gelu(mx, mx.erf, x))
+    mx.eval(lz_gelu(a))  # traces and compiles the kernel
+    gelu_peers = {"cupy copy": cpf(lambda: ca.copy())}
+    if torch is not None:
+        try:
+            t_gelu = torch.compile(lambda t: gelu(torch, torch.erf, t))
+            t_gelu(ta)
+            tsync()
+            gelu_peers["torch.compile"] = tf(lambda: t_gelu(ta))
+        except Exception as exc:  # no working Triton: report, keep going
+            print(f"torch.compile unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+    row("compiled GELU (erf) 64M f32 (GB/s)", lz(lambda: lz_gelu(a)), gelu_peers,
+        work=2 * 4 * n, unit="GB/s")
+    lz_chain = mx.compile(lambda x: chain(mx, x))
+    mx.eval(lz_chain(a))
+    chain_peers = {"cupy copy": cpf(lambda: ca.copy())}
+    if torch is not None:
+        try:
+            t_chain = torch.compile(lambda t: chain(torch, t))
+            t_chain(ta)
+            tsync()
+            chain_peers["torch.compile"] = tf(lambda: t_chain(ta))
+        except Exception as exc:
+            print(f"torch.compile unavailable: {type(exc).__name__}: {str(exc)[:120]}")
+    row("compiled 10-op chain 64M f32 (GB/s)", lz(lambda: lz_chain(a)), chain_peers,
+        work=2 * 4 * n, unit="GB/s")
+
     m2 = mx.reshape(a, (16384, 4096))
     c2 = ca.reshape(16384, 4096)
     t2 = ta.reshape(16384, 4096) if torch else None

@@ -779,7 +779,6 @@ class Subtract(Binary):
         g = cotangents[0]
         if g._dtype.kind != "f" or primals[0] is primals[1]:
             return Binary.vjp(self, primals, cotangents, argnums, outputs)
-        s = g._shape
         return [sum_to_shape(mx.negative(g) if i else g, primals[i]._shape) for i in argnums]
 
 
@@ -1458,7 +1457,6 @@ left_shift = _binary(LeftShift, "left_shift", _shift_rule,
                      "Element-wise left shift ``a << b`` of integer arrays (bool shifts as uint8).")
 right_shift = _binary(RightShift, "right_shift", _shift_rule,
                       "Element-wise right shift ``a >> b`` of integer arrays (bool shifts as uint8).")
-
 
 
 # The derivative products' op functions (not public: the rules add these nodes, and

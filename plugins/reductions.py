@@ -229,9 +229,12 @@ class LogSumExp(_OverAxes):
         out = out if self.keepdims else mx.expand_dims(out, self.axes, stream=s)
         return mx.exp(mx.subtract(x, out, stream=s), stream=s)
 
+    # The product broadcasts the cotangent over the reduced axes itself.
     def vjp(self, primals, cotangents, argnums, outputs):
         x, s = primals[0], self.stream
-        c = _expanded(cotangents[0], x._shape, self.axes, self.keepdims, s)
+        c = cotangents[0]
+        if not self.keepdims:
+            c = mx.expand_dims(c, self.axes, stream=s)
         return [mx.multiply(c, self._softmax(x, outputs[0], s), stream=s)]
 
     def jvp(self, primals, tangents, argnums):

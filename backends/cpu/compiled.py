@@ -133,22 +133,28 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def _layout(p: _Plan, inputs):
-    """The collapsed loop shape and element strides (bytes for the kernel), or None."""
-    key = tuple([x.strides for x in inputs])
-    got = p.layouts.get(key)
-    if got is not None:
-        return got
-    shape = p.shape
+def collapse(shape, inputs, scalar):
+    """The loop ``shape`` with size-1 dimensions dropped and dimensions that are
+    contiguous for every input merged, and each input's element strides along it (0
+    for a broadcast dimension and for the inputs marked in ``scalar``).
+
+    Shared with the CUDA backend (``inputs`` may be CuPy arrays: only ``shape``,
+    ``ndim``, ``strides`` and ``itemsize`` are read).
+
+    Returns:
+        ``(dims, strides)``: a list of extents and one list of strides per input;
+        None when a stride is not a whole number of elements.
+    """
     nd = len(shape)
     per = []
     for k, x in enumerate(inputs):
         st = [0] * nd
-        if not p.scalar[k]:
+        if not scalar[k]:
             off = nd - x.ndim
+            xs, xst, item = x.shape, x.strides, x.itemsize
             for d in range(x.ndim):
-                if x.shape[d] != 1:
-                    q, r = divmod(x.strides[d], x.itemsize)
+                if xs[d] != 1:
+                    q, r = divmod(xst[d], item)
                     if r:
                         return None
                     st[off + d] = q
@@ -166,6 +172,19 @@ def _layout(p: _Plan, inputs):
             dims.append(n)
             for s, q in zip(strides, per):
                 s.append(q[d])
+    return dims, strides
+
+
+def _layout(p: _Plan, inputs):
+    """The collapsed loop shape and element strides (bytes for the kernel), or None."""
+    key = tuple([x.strides for x in inputs])
+    got = p.layouts.get(key)
+    if got is not None:
+        return got
+    got = collapse(p.shape, inputs, p.scalar)
+    if got is None:
+        return None
+    dims, strides = got
     if not dims or len(dims) > cpp.MAX_DIMS:
         return None
     flat = dims + [v for s in strides for v in s]

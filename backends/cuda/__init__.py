@@ -12,6 +12,11 @@ Buffers are ``cupy.ndarray``. The kernel of a primitive comes, in order, from
    that would compute on the host instead raises (the wrapper checks that its
    outputs are device buffers), never a silent fallback.
 
+Element-wise primitives that declare ``to_expression`` (the codegen IR that
+``compile`` fuses) run kernels generated from their expression instead, and
+``compile``'s fused ``Compiled`` nodes run one generated kernel each: CUDA C++
+rendered by :mod:`lazyx.codegen.cuda`, compiled by NVRTC (:mod:`.compiled`).
+
 Plugins add kernels for their own primitives from CUDA C++ source with
 :class:`CudaKernel` (compiled by NVRTC through CuPy, cached per process and on
 disk by CuPy) and register them with the ``lazyx_kernels`` hook for the backend
@@ -202,6 +207,18 @@ class CudaBackend(Backend):
 
     def find_kernel(self, cls):
         self._load()
+        fn = self._table_kernel(cls)
+        # An element-wise primitive that writes itself in the codegen IR runs a generated
+        # kernel (its own expression, compiled by NVRTC; see .compiled), and `fn` where it
+        # is not expressible. A primitive's own eval_gpu is left to it.
+        if self._loaded and callable(getattr(cls, "to_expression", None)):
+            from lazyx.primitive import Primitive
+            from . import compiled
+            if compiled.ELEMENTWISE and cls.eval_gpu is Primitive.eval_gpu:
+                return compiled.eager_kernel(cls, fn)
+        return fn
+
+    def _table_kernel(self, cls):
         fn = super().find_kernel(cls)
         if fn is not None:
             return fn

@@ -30,8 +30,11 @@ from lazyx.backends.cpu.kernels import reductions as np_reductions
 from lazyx.backends.cpu.kernels import shapes as np_shapes
 from lazyx.backends.cpu.kernels import sorting as np_sorting
 
+from lazyx.transforms.fusion import Compiled
+
 from . import CudaKernel, launch_config
 from . import rowwise
+from .compiled import compiled_kernel
 
 
 # -- creation ----------------------------------------------------------------------
@@ -567,6 +570,7 @@ def _searchsorted(p, ins):
 
 
 KERNELS = {
+    Compiled: compiled_kernel,  # compile's fused element-wise runs: generated CUDA C++
     cr.Fill: _fill,
     cr.Arange: _arange,
     cr.Linspace: _from_parameters(np_creation._linspace),

@@ -254,25 +254,37 @@ def _array_equal(p, ins):
 
 # -- derivative products -----------------------------------------------------
 # The ufuncs of the unfused graph, in its order and dtype (so the results are the
-# same bits), the later ones in the buffer the first one allocated.
+# same bits), the later ones in the buffer the first one allocated (``out`` given
+# positionally: keyword arguments cost a ufunc call more than a small array's loop).
+_ndarray = np.ndarray
+_ONE = {np.dtype(t): np.dtype(t).type(1)
+        for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)}
+
+
 def _times(g, d):
     """``g * d``, in ``d``'s buffer when it is an array of the result's shape."""
-    if type(d) is np.ndarray and d.shape == g.shape:
-        return np.multiply(g, d, out=d)
+    if type(d) is _ndarray and d.shape == g.shape:
+        return np.multiply(g, d, d)
     return np.multiply(g, d)
 
 
 def _tanh_grad(p, ins):
     g, y = ins
     d = np.square(y)
-    d = np.subtract(y.dtype.type(1), d, out=d) if type(d) is np.ndarray else 1 - d
+    if type(d) is _ndarray:
+        np.subtract(_ONE[y.dtype], d, d)
+    else:
+        d = np.subtract(_ONE[y.dtype], d)
     return _times(g, d)
 
 
 def _sigmoid_grad(p, ins):
     g, y = ins
-    d = np.subtract(y.dtype.type(1), y)
-    d = np.multiply(y, d, out=d) if type(d) is np.ndarray else y * d
+    d = np.subtract(_ONE[y.dtype], y)
+    if type(d) is _ndarray and d.shape == y.shape:
+        np.multiply(y, d, d)
+    else:
+        d = np.multiply(y, d)
     return _times(g, d)
 
 
@@ -282,7 +294,11 @@ def _sin_grad(p, ins):
 
 def _cos_grad(p, ins):
     d = np.sin(ins[1])
-    return _times(ins[0], np.negative(d, out=d) if type(d) is np.ndarray else -d)
+    if type(d) is _ndarray:
+        np.negative(d, d)
+    else:
+        d = np.negative(d)
+    return _times(ins[0], d)
 
 
 # x + x is x * 2 exactly (doubling only moves the exponent), and one pass cheaper.

@@ -24,6 +24,16 @@ float32 and round). Semantics that differ by type (integer floor division,
 NumPy's float ``divmod``, shifts past the bit width, NaN-propagating
 ``maximum``, complex ordering) live once in the preamble as overloaded helpers,
 so the renderer writes the same text for every dtype.
+
+**Shared with the CUDA renderer** (:mod:`lazyx.codegen.cuda`): the op
+templates (:data:`TEMPLATES`), the semantic helpers (:data:`HELPERS`) and the
+statement writer (:class:`Dialect`). The helpers are written against a small
+portability layer that each renderer's prologue supplies: ``LX_FN`` (the
+qualifiers of a helper), the namespace ``lx_m`` (the math functions and type
+traits of the standard library: an alias of ``std`` here, device code there),
+the integer typedefs ``lx_i64``, ``lx_u8``, ``lx_u32``, a complex type ``c64``
+with ``real()``/``imag()``, and ``lx_f2i<To>(x)``, a float-to-integer
+conversion (as NumPy's casts behave on the host).
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from .. import dtypes as dt
 from .ir import Expr, Program
 from .jit import PREAMBLE_END
 
-__all__ = ["render", "COMPUTE_TYPES", "STORAGE_TYPES"]
+__all__ = ["render", "COMPUTE_TYPES", "STORAGE_TYPES", "TEMPLATES", "HELPERS", "Dialect",
+           "CPP", "MAX_DIMS"]
 
 #: C++ type that holds a value of each dtype during computation.
 COMPUTE_TYPES = {
@@ -51,28 +62,29 @@ _LOAD = {dt.float16: "lx_h2f({})", dt.bfloat16: "lx_b2f({})"}
 _STORE = {dt.float16: "lx_f2h({})", dt.bfloat16: "lx_f2b({})"}
 _ROUND = {dt.float16: "lx_rh({})", dt.bfloat16: "lx_rb({})"}
 
-# op -> C++ expression; {0} {1} {2} are the operands (already in their compute type).
-_TEMPLATES = {
+#: op -> expression; {0} {1} {2} are the operands (already in their compute type). The
+#: same text serves every renderer: ``lx_m`` is ``std`` in C++, device math in CUDA.
+TEMPLATES = {
     "neg": "lx_neg({0})", "abs": "lx_abs({0})", "sign": "lx_sign({0})",
-    "square": "lx_square({0})", "conj": "std::conj({0})", "real": "({0}).real()",
+    "square": "lx_square({0})", "conj": "lx_m::conj({0})", "real": "({0}).real()",
     "imag": "({0}).imag()",
-    "exp": "std::exp({0})", "expm1": "std::expm1({0})", "log": "std::log({0})",
-    "log1p": "lx_log1p({0})", "log2": "lx_log2({0})", "log10": "std::log10({0})",
-    "sqrt": "std::sqrt({0})", "rsqrt": "lx_rsqrt({0})",
-    "sin": "std::sin({0})", "cos": "std::cos({0})", "tan": "std::tan({0})",
-    "asin": "std::asin({0})", "acos": "std::acos({0})", "atan": "std::atan({0})",
-    "sinh": "std::sinh({0})", "cosh": "std::cosh({0})", "tanh": "lx_tanh({0})",
-    "asinh": "std::asinh({0})", "acosh": "std::acosh({0})", "atanh": "std::atanh({0})",
+    "exp": "lx_m::exp({0})", "expm1": "lx_m::expm1({0})", "log": "lx_m::log({0})",
+    "log1p": "lx_log1p({0})", "log2": "lx_log2({0})", "log10": "lx_m::log10({0})",
+    "sqrt": "lx_m::sqrt({0})", "rsqrt": "lx_rsqrt({0})",
+    "sin": "lx_m::sin({0})", "cos": "lx_m::cos({0})", "tan": "lx_m::tan({0})",
+    "asin": "lx_m::asin({0})", "acos": "lx_m::acos({0})", "atan": "lx_m::atan({0})",
+    "sinh": "lx_m::sinh({0})", "cosh": "lx_m::cosh({0})", "tanh": "lx_tanh({0})",
+    "asinh": "lx_m::asinh({0})", "acosh": "lx_m::acosh({0})", "atanh": "lx_m::atanh({0})",
     "erf": "lx_erf({0})", "erfinv": "lx_erfinv({0})", "sigmoid": "lx_sigmoid({0})",
-    "floor": "std::floor({0})", "ceil": "std::ceil({0})", "trunc": "std::trunc({0})",
-    "rint": "std::nearbyint({0})",
+    "floor": "lx_m::floor({0})", "ceil": "lx_m::ceil({0})", "trunc": "lx_m::trunc({0})",
+    "rint": "lx_m::nearbyint({0})",
     "not": "lx_not({0})", "bitnot": "lx_bitnot({0})", "isnan": "lx_isnan({0})",
     "isinf": "lx_isinf({0})", "isfinite": "lx_isfinite({0})",
     "isposinf": "lx_isposinf({0})", "isneginf": "lx_isneginf({0})",
     "add": "({0} + {1})", "sub": "lx_sub({0}, {1})", "mul": "({0} * {1})",
     "div": "({0} / {1})", "floordiv": "lx_floordiv({0}, {1})", "mod": "lx_mod({0}, {1})",
     "pow": "lx_pow({0}, {1})", "max": "lx_max({0}, {1})", "min": "lx_min({0}, {1})",
-    "logaddexp": "lx_logaddexp({0}, {1})", "atan2": "std::atan2({0}, {1})",
+    "logaddexp": "lx_logaddexp({0}, {1})", "atan2": "lx_m::atan2({0}, {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "lx_lt({0}, {1})",
     "le": "lx_le({0}, {1})", "gt": "lx_lt({1}, {0})", "ge": "lx_le({1}, {0})",
     "and": "(lx_nz({0}) && lx_nz({1}))", "or": "(lx_nz({0}) || lx_nz({1}))",
@@ -118,7 +130,202 @@ def _rational(name: str, saturate: float, p, q) -> str:
 }}"""
 
 
-_PREAMBLE = r"""// lazyx fused element-wise kernel (generated; see lazyx/codegen/cpp.py)
+#: The semantic helpers every renderer shares (see the module docstring for what the
+#: including source must define first). Each op's meaning is written here once.
+HELPERS = r"""// -- lazyx semantic helpers (shared by the renderers; see lazyx/codegen/cpp.py) --------
+template <class T> struct lx_is_complex { static constexpr bool value = false; };
+template <> struct lx_is_complex<c64> { static constexpr bool value = true; };
+template <class T> constexpr bool lx_cplx = lx_is_complex<T>::value;
+// Unsigned arithmetic of at least int's width: wraps, and no small type promotes to a
+// signed int that could overflow (undefined behaviour that an optimiser may exploit).
+template <class T> using lx_uint_for =
+    lx_m::conditional_t<(sizeof(T) < 4), lx_u32, lx_m::make_unsigned_t<T>>;
+
+// -- casts (astype's rules: complex to real keeps the real part) --------------------
+template <class To, class From> LX_FN To lx_cast(From x) {
+  if constexpr (lx_cplx<From> && !lx_cplx<To>) return lx_cast<To>(x.real());
+  else if constexpr (lx_cplx<To>) return To((float)x, 0.0f);
+  else if constexpr (lx_m::is_same_v<To, bool>) return x != From(0);
+  else if constexpr (lx_m::is_floating_point_v<From> && lx_m::is_integral_v<To>) return lx_f2i<To>(x);
+  else return (To)x;
+}
+template <class T> LX_FN bool lx_nz(T a) { return a != T(0); }
+
+// -- unary ------------------------------------------------------------------------
+template <class T> LX_FN T lx_neg(T a) {
+  if constexpr (lx_m::is_integral_v<T> && !lx_m::is_same_v<T, bool>)
+    return (T)((lx_uint_for<T>)0 - (lx_uint_for<T>)a);
+  else return (T)(-a);
+}
+template <class T> LX_FN auto lx_abs(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::abs(a);
+  else if constexpr (lx_m::is_unsigned_v<T> || lx_m::is_same_v<T, bool>) return a;
+  else if constexpr (lx_m::is_integral_v<T>) return (T)(a < 0 ? lx_neg(a) : a);
+  else return lx_m::fabs(a);
+}
+template <class T> LX_FN T lx_sign(T a) {
+  if constexpr (lx_cplx<T>) { float m = lx_m::abs(a); return m == 0.0f ? T(0) : a / m; }
+  else if constexpr (lx_m::is_same_v<T, bool>) return a;
+  else if constexpr (lx_m::is_unsigned_v<T>) return (T)(a > 0);
+  else if constexpr (lx_m::is_integral_v<T>) return (T)((a > 0) - (a < 0));
+  else return a > 0 ? T(1) : (a < 0 ? T(-1) : (a == 0 ? T(0) : a));
+}
+template <class T> LX_FN T lx_square(T a) {
+  if constexpr (lx_m::is_integral_v<T> && !lx_m::is_same_v<T, bool>)
+    return (T)((lx_uint_for<T>)a * (lx_uint_for<T>)a);
+  else return (T)(a * a);
+}
+template <class T> LX_FN T lx_rsqrt(T a) { return T(1) / lx_m::sqrt(a); }
+template <class T> LX_FN T lx_log1p(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::log(T(1) + a); else return lx_m::log1p(a);
+}
+template <class T> LX_FN T lx_log2(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::log(a) / 0.6931471805599453f; else return lx_m::log2(a);
+}
+template <class T> LX_FN T lx_sigmoid(T a) { return T(1) / (T(1) + lx_m::exp(-a)); }
+template <class T> LX_FN bool lx_not(T a) { return a == T(0); }
+template <class T> LX_FN T lx_bitnot(T a) {
+  if constexpr (lx_m::is_same_v<T, bool>) return !a; else return (T)(~a);
+}
+template <class T> LX_FN bool lx_isnan(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::isnan(a.real()) || lx_m::isnan(a.imag());
+  else if constexpr (lx_m::is_integral_v<T>) return false; else return lx_m::isnan(a);
+}
+template <class T> LX_FN bool lx_isinf(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::isinf(a.real()) || lx_m::isinf(a.imag());
+  else if constexpr (lx_m::is_integral_v<T>) return false; else return lx_m::isinf(a);
+}
+template <class T> LX_FN bool lx_isfinite(T a) {
+  if constexpr (lx_cplx<T>) return lx_m::isfinite(a.real()) && lx_m::isfinite(a.imag());
+  else if constexpr (lx_m::is_integral_v<T>) return true; else return lx_m::isfinite(a);
+}
+template <class T> LX_FN bool lx_isposinf(T a) {
+  if constexpr (lx_m::is_integral_v<T>) return false;
+  else return a == lx_m::numeric_limits<T>::infinity();
+}
+template <class T> LX_FN bool lx_isneginf(T a) {
+  if constexpr (lx_m::is_integral_v<T>) return false;
+  else return a == -lx_m::numeric_limits<T>::infinity();
+}
+
+// -- binary -----------------------------------------------------------------------
+// Integer sums and products wrap like the dtype (NumPy's), computed unsigned.
+template <class T> LX_FN T lx_add(T a, T b) {
+  if constexpr (lx_m::is_integral_v<T> && !lx_m::is_same_v<T, bool>)
+    return (T)((lx_uint_for<T>)a + (lx_uint_for<T>)b);
+  else return (T)(a + b);
+}
+template <class T> LX_FN T lx_mul(T a, T b) {
+  if constexpr (lx_m::is_integral_v<T> && !lx_m::is_same_v<T, bool>)
+    return (T)((lx_uint_for<T>)a * (lx_uint_for<T>)b);
+  else return (T)(a * b);
+}
+template <class T> LX_FN T lx_sub(T a, T b) {
+  if constexpr (lx_m::is_same_v<T, bool>) return a != b;
+  else if constexpr (lx_m::is_integral_v<T>) return (T)((lx_uint_for<T>)a - (lx_uint_for<T>)b);
+  else return (T)(a - b);
+}
+// NumPy's float divmod: the quotient is floored, the remainder has b's sign.
+template <class T> LX_FN T lx_fdivmod(T a, T b, T* rem) {
+  T mod = lx_m::fmod(a, b);
+  if (!b) { *rem = mod; return a / b; }
+  T div = (a - mod) / b;
+  if (mod) { if ((b < 0) != (mod < 0)) { mod += b; div -= T(1); } }
+  else mod = lx_m::copysign(T(0), b);
+  T q;
+  if (div) { q = lx_m::floor(div); if (div - q > T(0.5)) q += T(1); }
+  else q = lx_m::copysign(T(0), a / b);
+  *rem = mod;
+  return q;
+}
+// Integers: x // 0 == 0 and x % 0 == x (MLX); MIN // -1 wraps instead of trapping.
+template <class T> LX_FN T lx_floordiv(T a, T b) {
+  if constexpr (lx_m::is_same_v<T, bool>) return (bool)lx_floordiv<lx_u8>(a, b);
+  else if constexpr (lx_cplx<T>) return a / b;
+  else if constexpr (lx_m::is_floating_point_v<T>) { T r; return lx_fdivmod(a, b, &r); }
+  else if constexpr (lx_m::is_unsigned_v<T>) return b == 0 ? T(0) : (T)(a / b);
+  else {
+    if (b == 0) return T(0);
+    if (b == -1) return lx_neg(a);
+    T q = (T)(a / b);
+    return ((a % b != 0) && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+  }
+}
+template <class T> LX_FN T lx_mod(T a, T b) {
+  if constexpr (lx_m::is_same_v<T, bool>) return (bool)lx_mod<lx_u8>(a, b);
+  else if constexpr (lx_m::is_floating_point_v<T>) {
+    if (!b) return lx_m::fmod(a, b);
+    T r; lx_fdivmod(a, b, &r); return r;
+  }
+  else if constexpr (lx_m::is_unsigned_v<T>) return b == 0 ? a : (T)(a % b);
+  else {
+    if (b == 0) return a;
+    if (b == -1) return T(0);
+    T r = (T)(a % b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+  }
+}
+// Integer powers by squaring, wrapping like the dtype; negative exponents give 0.
+template <class T> LX_FN T lx_pow(T a, T b) {
+  if constexpr (lx_m::is_same_v<T, bool>) return (bool)lx_pow<lx_u8>(a, b);
+  else if constexpr (lx_m::is_integral_v<T>) {
+    if constexpr (lx_m::is_signed_v<T>) { if (b < 0) return T(0); }
+    typedef lx_uint_for<T> U;
+    U r = 1, x = (U)a, e = (U)b;
+    while (e) { if (e & 1u) r = (U)(r * x); x = (U)(x * x); e >>= 1; }
+    return (T)r;
+  }
+  else return lx_m::pow(a, b);
+}
+// NumPy's complex ordering: lexicographic, false when an operand holds a NaN.
+template <class T> LX_FN bool lx_lt(T a, T b) {
+  if constexpr (lx_cplx<T>)
+    return (a.real() < b.real() && !lx_m::isnan(a.imag()) && !lx_m::isnan(b.imag())) ||
+           (a.real() == b.real() && a.imag() < b.imag());
+  else return a < b;
+}
+template <class T> LX_FN bool lx_le(T a, T b) {
+  if constexpr (lx_cplx<T>)
+    return (a.real() < b.real() && !lx_m::isnan(a.imag()) && !lx_m::isnan(b.imag())) ||
+           (a.real() == b.real() && a.imag() <= b.imag());
+  else return a <= b;
+}
+// maximum/minimum propagate NaN (the first operand's when both are NaN).
+template <class T> LX_FN T lx_max(T a, T b) {
+  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(b, a)) ? a : b;
+  else if constexpr (lx_m::is_floating_point_v<T>) return (a >= b || a != a) ? a : b;
+  else return a >= b ? a : b;
+}
+template <class T> LX_FN T lx_min(T a, T b) {
+  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(a, b)) ? a : b;
+  else if constexpr (lx_m::is_floating_point_v<T>) return (a <= b || a != a) ? a : b;
+  else return a <= b ? a : b;
+}
+template <class T> LX_FN T lx_logaddexp(T a, T b) {
+  if constexpr (lx_cplx<T>) {
+    T hi = lx_max(a, b), lo = lx_min(a, b);
+    return hi + lx_m::log(T(1) + lx_m::exp(lo - hi));
+  } else {
+    if (a == b) return a + T(0.6931471805599453);  // also inf + inf
+    T d = a - b;
+    if (d > 0) return a + lx_m::log1p(lx_m::exp(-d));
+    if (d <= 0) return b + lx_m::log1p(lx_m::exp(d));
+    return d;  // NaN
+  }
+}
+// Shifts by the bit width or more give 0 (-1 for a negative number shifted right).
+template <class T> LX_FN T lx_shl(T a, T b) {
+  typedef lx_m::make_unsigned_t<T> U;
+  return ((U)b < sizeof(T) * 8) ? (T)((lx_uint_for<T>)(U)a << (U)b) : T(0);
+}
+template <class T> LX_FN T lx_shr(T a, T b) {
+  typedef lx_m::make_unsigned_t<T> U;
+  if ((U)b < sizeof(T) * 8) return (T)(a >> (U)b);
+  if constexpr (lx_m::is_signed_v<T>) return a < 0 ? T(-1) : T(0); else return T(0);
+}
+"""
+
+_PROLOGUE = r"""// lazyx fused element-wise kernel (generated; see lazyx/codegen/cpp.py)
 #include <algorithm>
 #include <cmath>
 #include <complex>
@@ -129,10 +336,22 @@ _PREAMBLE = r"""// lazyx fused element-wise kernel (generated; see lazyx/codegen
 #include <type_traits>
 #include <vector>
 __LX_HEADER__
+#define LX_FN static inline
+namespace lx_m = std;
+typedef int64_t lx_i64;
+typedef uint8_t lx_u8;
+typedef uint32_t lx_u32;
 typedef std::complex<float> c64;
-template <class T> struct lx_is_complex : std::false_type {};
-template <> struct lx_is_complex<c64> : std::true_type {};
-template <class T> constexpr bool lx_cplx = lx_is_complex<T>::value;
+// Float to integer: the host's own conversions (x86: out of range or NaN gives the most
+// negative value), unsigned ones through int64 as NumPy's casts go (-3.0 becomes
+// 2**bits - 3, not saturated).
+template <class To, class From> LX_FN To lx_f2i(From x) {
+  if constexpr (std::is_unsigned_v<To>) {
+    if constexpr (sizeof(To) == 8) return x < (From)9.2233720368547758e18 ? (To)(int64_t)x : (To)x;
+    else return (To)(int64_t)x;
+  }
+  else return (To)x;
+}
 
 // -- half precision: buffers hold raw bits, values are float ----------------------
 static inline float lx_b2f(uint16_t h) {
@@ -173,44 +392,10 @@ static inline uint16_t lx_f2h(float f) {
 static inline float lx_rh(float x) { return lx_h2f(lx_f2h(x)); }
 static inline float lx_rb(float x) { return lx_b2f(lx_f2b(x)); }
 
-// -- casts (astype's rules: complex to real keeps the real part) --------------------
-template <class To, class From> static inline To lx_cast(From x) {
-  if constexpr (lx_cplx<From> && !lx_cplx<To>) return lx_cast<To>(x.real());
-  else if constexpr (lx_cplx<To>) return To((float)x, 0.0f);
-  else if constexpr (std::is_same_v<To, bool>) return x != From(0);
-  else if constexpr (std::is_floating_point_v<From> && std::is_unsigned_v<To>) {
-    // Through int64, as NumPy's casts go: -3.0 becomes 2**bits - 3, not saturated.
-    if constexpr (sizeof(To) == 8) return x < (From)9.2233720368547758e18 ? (To)(int64_t)x : (To)x;
-    else return (To)(int64_t)x;
-  }
-  else return (To)x;
-}
-template <class T> static inline bool lx_nz(T a) { return a != T(0); }
+"""
 
-// -- unary ------------------------------------------------------------------------
-template <class T> static inline T lx_neg(T a) { return (T)(-a); }
-template <class T> static inline auto lx_abs(T a) {
-  if constexpr (lx_cplx<T>) return std::abs(a);
-  else if constexpr (std::is_unsigned_v<T> || std::is_same_v<T, bool>) return a;
-  else if constexpr (std::is_integral_v<T>) return (T)(a < 0 ? -a : a);
-  else return std::fabs(a);
-}
-template <class T> static inline T lx_sign(T a) {
-  if constexpr (lx_cplx<T>) { float m = std::abs(a); return m == 0.0f ? T(0) : a / m; }
-  else if constexpr (std::is_same_v<T, bool>) return a;
-  else if constexpr (std::is_unsigned_v<T>) return (T)(a > 0);
-  else if constexpr (std::is_integral_v<T>) return (T)((a > 0) - (a < 0));
-  else return a > 0 ? T(1) : (a < 0 ? T(-1) : (a == 0 ? T(0) : a));
-}
-template <class T> static inline T lx_square(T a) { return (T)(a * a); }
-template <class T> static inline T lx_rsqrt(T a) { return T(1) / std::sqrt(a); }
-template <class T> static inline T lx_log1p(T a) {
-  if constexpr (lx_cplx<T>) return std::log(T(1) + a); else return std::log1p(a);
-}
-template <class T> static inline T lx_log2(T a) {
-  if constexpr (lx_cplx<T>) return std::log(a) / 0.6931471805599453f; else return std::log2(a);
-}
-template <class T> static inline T lx_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+_EPILOGUE = r"""
+// -- the C++ renderer's own functions ----------------------------------------------
 __LX_RATIONALS__
 static inline double lx_erf(double x) { return std::erf(x); }
 static inline double lx_tanh(double x) { return std::tanh(x); }
@@ -227,133 +412,6 @@ static inline double lx_erfinv(double y) {
   return std::fabs(y) == 1.0 ? std::copysign(INFINITY, y) : x;
 }
 static inline float lx_erfinv(float y) { return (float)lx_erfinv((double)y); }
-template <class T> static inline bool lx_not(T a) { return a == T(0); }
-template <class T> static inline T lx_bitnot(T a) {
-  if constexpr (std::is_same_v<T, bool>) return !a; else return (T)(~a);
-}
-template <class T> static inline bool lx_isnan(T a) {
-  if constexpr (lx_cplx<T>) return std::isnan(a.real()) || std::isnan(a.imag());
-  else if constexpr (std::is_integral_v<T>) return false; else return std::isnan(a);
-}
-template <class T> static inline bool lx_isinf(T a) {
-  if constexpr (lx_cplx<T>) return std::isinf(a.real()) || std::isinf(a.imag());
-  else if constexpr (std::is_integral_v<T>) return false; else return std::isinf(a);
-}
-template <class T> static inline bool lx_isfinite(T a) {
-  if constexpr (lx_cplx<T>) return std::isfinite(a.real()) && std::isfinite(a.imag());
-  else if constexpr (std::is_integral_v<T>) return true; else return std::isfinite(a);
-}
-template <class T> static inline bool lx_isposinf(T a) {
-  if constexpr (std::is_integral_v<T>) return false;
-  else return a == std::numeric_limits<T>::infinity();
-}
-template <class T> static inline bool lx_isneginf(T a) {
-  if constexpr (std::is_integral_v<T>) return false;
-  else return a == -std::numeric_limits<T>::infinity();
-}
-
-// -- binary -----------------------------------------------------------------------
-template <class T> static inline T lx_sub(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return a != b; else return (T)(a - b);
-}
-// NumPy's float divmod: the quotient is floored, the remainder has b's sign.
-template <class T> static inline T lx_fdivmod(T a, T b, T* rem) {
-  T mod = std::fmod(a, b);
-  if (!b) { *rem = mod; return a / b; }
-  T div = (a - mod) / b;
-  if (mod) { if ((b < 0) != (mod < 0)) { mod += b; div -= T(1); } }
-  else mod = std::copysign(T(0), b);
-  T q;
-  if (div) { q = std::floor(div); if (div - q > T(0.5)) q += T(1); }
-  else q = std::copysign(T(0), a / b);
-  *rem = mod;
-  return q;
-}
-// Integers: x // 0 == 0 and x % 0 == x (MLX); MIN // -1 wraps instead of trapping.
-template <class T> static inline T lx_floordiv(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return (bool)lx_floordiv<uint8_t>(a, b);
-  else if constexpr (lx_cplx<T>) return a / b;
-  else if constexpr (std::is_floating_point_v<T>) { T r; return lx_fdivmod(a, b, &r); }
-  else if constexpr (std::is_unsigned_v<T>) return b == 0 ? T(0) : (T)(a / b);
-  else {
-    if (b == 0) return T(0);
-    if (b == -1) return (T)(0 - a);
-    T q = (T)(a / b);
-    return ((a % b != 0) && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
-  }
-}
-template <class T> static inline T lx_mod(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return (bool)lx_mod<uint8_t>(a, b);
-  else if constexpr (std::is_floating_point_v<T>) {
-    if (!b) return std::fmod(a, b);
-    T r; lx_fdivmod(a, b, &r); return r;
-  }
-  else if constexpr (std::is_unsigned_v<T>) return b == 0 ? a : (T)(a % b);
-  else {
-    if (b == 0) return a;
-    if (b == -1) return T(0);
-    T r = (T)(a % b);
-    return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
-  }
-}
-// Integer powers by squaring, wrapping like the dtype; negative exponents give 0.
-template <class T> static inline T lx_pow(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return (bool)lx_pow<uint8_t>(a, b);
-  else if constexpr (std::is_integral_v<T>) {
-    if constexpr (std::is_signed_v<T>) { if (b < 0) return T(0); }
-    typedef std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>> U;
-    U r = 1, x = (U)a, e = (U)b;
-    while (e) { if (e & 1u) r = (U)(r * x); x = (U)(x * x); e >>= 1; }
-    return (T)r;
-  }
-  else return std::pow(a, b);
-}
-// NumPy's complex ordering: lexicographic, false when an operand holds a NaN.
-template <class T> static inline bool lx_lt(T a, T b) {
-  if constexpr (lx_cplx<T>)
-    return (a.real() < b.real() && !std::isnan(a.imag()) && !std::isnan(b.imag())) ||
-           (a.real() == b.real() && a.imag() < b.imag());
-  else return a < b;
-}
-template <class T> static inline bool lx_le(T a, T b) {
-  if constexpr (lx_cplx<T>)
-    return (a.real() < b.real() && !std::isnan(a.imag()) && !std::isnan(b.imag())) ||
-           (a.real() == b.real() && a.imag() <= b.imag());
-  else return a <= b;
-}
-// maximum/minimum propagate NaN (the first operand's when both are NaN).
-template <class T> static inline T lx_max(T a, T b) {
-  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(b, a)) ? a : b;
-  else if constexpr (std::is_floating_point_v<T>) return (a >= b || a != a) ? a : b;
-  else return a >= b ? a : b;
-}
-template <class T> static inline T lx_min(T a, T b) {
-  if constexpr (lx_cplx<T>) return (lx_isnan(a) || lx_le(a, b)) ? a : b;
-  else if constexpr (std::is_floating_point_v<T>) return (a <= b || a != a) ? a : b;
-  else return a <= b ? a : b;
-}
-template <class T> static inline T lx_logaddexp(T a, T b) {
-  if constexpr (lx_cplx<T>) {
-    T hi = lx_max(a, b), lo = lx_min(a, b);
-    return hi + std::log(T(1) + std::exp(lo - hi));
-  } else {
-    if (a == b) return a + T(0.6931471805599453);  // also inf + inf
-    T d = a - b;
-    if (d > 0) return a + std::log1p(std::exp(-d));
-    if (d <= 0) return b + std::log1p(std::exp(d));
-    return d;  // NaN
-  }
-}
-// Shifts by the bit width or more give 0 (-1 for a negative number shifted right).
-template <class T> static inline T lx_shl(T a, T b) {
-  typedef std::make_unsigned_t<T> U;
-  return ((U)b < sizeof(T) * 8) ? (T)((U)a << (U)b) : T(0);
-}
-template <class T> static inline T lx_shr(T a, T b) {
-  typedef std::make_unsigned_t<T> U;
-  if ((U)b < sizeof(T) * 8) return (T)(a >> (U)b);
-  if constexpr (std::is_signed_v<T>) return a < 0 ? T(-1) : T(0); else return T(0);
-}
 
 // -- threads ----------------------------------------------------------------------
 // Split [0, n) into one chunk per thread (multiples of 64 elements, so no two
@@ -373,68 +431,113 @@ template <class F> static void lx_parallel(int64_t n, int threads, F f) {
 }
 """
 
-
-def _literal(value, d) -> str:
-    """A C++ literal of ``value`` in ``d``'s compute type."""
-    ct = COMPUTE_TYPES[d]
-    if d.kind == "b":
-        return "true" if value else "false"
-    if d.kind in "ui":
-        if d is dt.int64 and value == -2**63:
-            return "(-9223372036854775807LL - 1)"
-        suffix = "ULL" if d.kind == "u" else "LL"
-        return f"(({ct}){value}{suffix})"
-    if d.kind == "c":
-        return f"c64({_float_literal(value.real, 'float')}, {_float_literal(value.imag, 'float')})"
-    return _float_literal(value, ct)
-
-
-def _float_literal(v: float, ct: str) -> str:
-    if math.isnan(v):
-        return f"std::numeric_limits<{ct}>::quiet_NaN()"
-    if math.isinf(v):
-        return f"{'-' if v < 0 else ''}std::numeric_limits<{ct}>::infinity()"
-    return f"{v.hex()}{'f' if ct == 'float' else ''}"
-
-
-def _node_text(e: Expr, names: dict) -> str:
-    """The C++ expression of op node ``e`` in its compute type (rounded for halves)."""
-    args = [names[id(a)] for a in e.args]
-    ct = COMPUTE_TYPES[e.dtype]
-    if e.op == "cast":
-        # bfloat16 is computed as float, so it converts to integers as float32 does (MLX's rule).
-        text = f"lx_cast<{ct}>({args[0]})"
-    else:
-        text = _TEMPLATES[e.op].format(*args)
-        if e.dtype.kind in "biu" and e.op in _WIDENING:
-            text = f"({ct}){text}"  # C++ promotes small integers to int
-    rnd = _ROUND.get(e.dtype)
-    return rnd.format(text) if rnd is not None else text
-
+_PREAMBLE = _PROLOGUE + HELPERS + _EPILOGUE
 
 # Integer results that C++ computes in a wider type.
 _WIDENING = {"add", "mul", "bitand", "bitor", "bitxor"}
 
 
-def _body(program: Program, scalar: tuple, load) -> tuple[list, list]:
-    """Statements computing every output of ``program`` at one element, and the
-    output values' names. ``load(k)`` is the C++ expression of input ``k``'s element."""
-    names, lines = {}, []
-    for k, e in enumerate(program.nodes):
-        if e.op == "input":
-            names[id(e)] = f"s{e.value}" if scalar[e.value] else f"a{e.value}"
-            continue
-        if e.op == "const":
-            names[id(e)] = _literal(e.value, e.dtype)
-            continue
-        names[id(e)] = f"v{k}"
-        lines.append(f"const {COMPUTE_TYPES[e.dtype]} v{k} = {_node_text(e, names)};")
-    loads = []
-    used = {e.value for e in program.nodes if e.op == "input"}
-    for k, d in enumerate(program.inputs):
-        if k in used and not scalar[k]:
-            loads.append(f"const {COMPUTE_TYPES[d]} a{k} = {_wrap(_LOAD, d, load(k))};")
-    return loads + lines, [names[id(o)] for o in program.outputs]
+class Dialect:
+    """What one C-family renderer writes differently: type names, op templates and the
+    spelling of float literals. Everything else about a program's statements is shared.
+
+    Args:
+        compute_types: dtype -> the type holding a value during computation.
+        storage_types: dtype -> the type of a buffer element.
+        templates: op -> expression template (:data:`TEMPLATES` or a variant).
+        hex_floats: write finite float literals in hexadecimal (exact); else as the
+            shortest decimal that reads back as the same value.
+    """
+
+    def __init__(self, compute_types, storage_types, templates, hex_floats: bool):
+        self.compute_types = compute_types
+        self.storage_types = storage_types
+        self.templates = templates
+        self.hex_floats = hex_floats
+
+    def literal(self, value, d) -> str:
+        """A literal of ``value`` in ``d``'s compute type."""
+        ct = self.compute_types[d]
+        if d.kind == "b":
+            return "true" if value else "false"
+        if d.kind in "ui":
+            if d is dt.int64 and value == -2**63:
+                return "(-9223372036854775807LL - 1)"
+            suffix = "ULL" if d.kind == "u" else "LL"
+            return f"(({ct}){value}{suffix})"
+        if d.kind == "c":
+            return (f"c64({self.float_literal(value.real, 'float')}, "
+                    f"{self.float_literal(value.imag, 'float')})")
+        return self.float_literal(value, ct)
+
+    def float_literal(self, v: float, ct: str) -> str:
+        if math.isnan(v):
+            return f"lx_m::numeric_limits<{ct}>::quiet_NaN()"
+        if math.isinf(v):
+            return f"{'-' if v < 0 else ''}lx_m::numeric_limits<{ct}>::infinity()"
+        f = "f" if ct == "float" else ""
+        if self.hex_floats:
+            return f"{v.hex()}{f}"
+        # repr reads back as the same double; for a float32 value the f literal then
+        # reads as that float too (the decimal is far from any float32 midpoint).
+        return f"{v!r}{f}"
+
+    @staticmethod
+    def load(d, text: str) -> str:
+        """``text`` (a buffer element of dtype ``d``) in its compute type."""
+        return _wrap(_LOAD, d, text)
+
+    @staticmethod
+    def store(d, text: str) -> str:
+        """``text`` (a value of dtype ``d``) as a buffer element."""
+        return _wrap(_STORE, d, text)
+
+    def node_text(self, e: Expr, names: dict) -> str:
+        """The expression of op node ``e`` in its compute type (rounded for halves)."""
+        args = [names[id(a)] for a in e.args]
+        ct = self.compute_types[e.dtype]
+        if e.op == "cast":
+            # bfloat16 is computed as float, so it converts to integers as float32 does
+            # (MLX's rule).
+            text = f"lx_cast<{ct}>({args[0]})"
+        else:
+            text = self.templates[e.op].format(*args)
+            if e.dtype.kind in "biu" and e.op in _WIDENING:
+                text = f"({ct}){text}"  # C++ promotes small integers to int
+        rnd = _ROUND.get(e.dtype)
+        return rnd.format(text) if rnd is not None else text
+
+    def body(self, program: Program, scalar: tuple, load, inputs=None) -> tuple[list, list]:
+        """Statements computing every output of ``program`` at one element, and the
+        output values' names. ``load(k)`` is the expression of input ``k``'s buffer
+        element; scalar inputs are the names ``s<k>``, loaded by the caller. Only the
+        inputs in ``inputs`` (default: every one the program reads) are loaded."""
+        ct = self.compute_types
+        names, lines = {}, []
+        for k, e in enumerate(program.nodes):
+            if e.op == "input":
+                names[id(e)] = f"s{e.value}" if scalar[e.value] else f"a{e.value}"
+                continue
+            if e.op == "const":
+                names[id(e)] = self.literal(e.value, e.dtype)
+                continue
+            names[id(e)] = f"v{k}"
+            lines.append(f"const {ct[e.dtype]} v{k} = {self.node_text(e, names)};")
+        loads = []
+        used = used_inputs(program) if inputs is None else inputs
+        for k, d in enumerate(program.inputs):
+            if k in used and not scalar[k]:
+                loads.append(f"const {ct[d]} a{k} = {self.load(d, load(k))};")
+        return loads + lines, [names[id(o)] for o in program.outputs]
+
+
+def used_inputs(program: Program) -> set:
+    """The indices of the inputs that ``program`` reads."""
+    return {e.value for e in program.nodes if e.op == "input"}
+
+
+#: The C++ renderer's dialect.
+CPP = Dialect(COMPUTE_TYPES, STORAGE_TYPES, TEMPLATES, hex_floats=True)
 
 
 def _wrap(table, d, text):
@@ -461,7 +564,7 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         st = STORAGE_TYPES[d]
         if scalar[k]:
             ptrs.append(f"const {COMPUTE_TYPES[d]} s{k} = "
-                        f"{_wrap(_LOAD, d, f'*static_cast<const {st}*>(buf[{k}])')};")
+                        f"{CPP.load(d, f'*static_cast<const {st}*>(buf[{k}])')};")
         else:
             ptrs.append(f"const {st}* __restrict p{k} = static_cast<const {st}*>(buf[{k}]);")
     for j, o in enumerate(program.outputs):
@@ -469,16 +572,16 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         ptrs.append(f"{st}* __restrict o{j} = static_cast<{st}*>(buf[{n_in + j}]);")
 
     def stores(results, index):
-        return [f"o{j}[{index}] = {_wrap(_STORE, o.dtype, r)};"
+        return [f"o{j}[{index}] = {CPP.store(o.dtype, r)};"
                 for j, (o, r) in enumerate(zip(program.outputs, results))]
 
-    body, results = _body(program, scalar, lambda k: f"p{k}[i]")
+    body, results = CPP.body(program, scalar, lambda k: f"p{k}[i]")
     contiguous = _indent(ptrs, 1) + [
         "  for (int64_t i = begin; i < end; ++i) {"] + _indent(body + stores(results, "i"), 2) + [
         "  }"]
 
     strided_inputs = [k for k in range(n_in) if not scalar[k]]
-    sbody, sresults = _body(program, scalar, lambda k: f"p{k}[q{k} + j * t{k}]")
+    sbody, sresults = CPP.body(program, scalar, lambda k: f"p{k}[q{k} + j * t{k}]")
     offsets = [f"int64_t q{k} = 0;" for k in strided_inputs]
     inner = [f"const int64_t t{k} = st[{k} * nd + nd - 1];" for k in strided_inputs]
     advance = [f"q{k} += cnt * t{k};" for k in strided_inputs]

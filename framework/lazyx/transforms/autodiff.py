@@ -236,41 +236,54 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
     get = cot.get
     add = mx.add
     arr = _array
+    # Every bytecode of this loop runs once per node: the common nodes (one output,
+    # one input, or two inputs) take short paths; the checks are the same for all.
     for a in reversed(live):
-        sib = a._siblings
         ins = a._inputs
-        n = len(ins)
-        # The inputs that need a cotangent (a live node has at least one).
-        if n == 1:
-            argnums = [0]
-        elif n == 2:
-            if id(ins[0]) in active:
-                argnums = [0, 1] if id(ins[1]) in active else [0]
-            else:
-                argnums = [1]
-        else:
-            argnums = [i for i, x in enumerate(ins) if id(x) in active]
-        if sib is None:
+        if a._siblings is None:
             c = pop(id(a), None)
             if c is None:
                 continue
-            outs = [a]
-            if a._dtype.kind in _NO_GRAD_KINDS and _no_gradient(outs, ins, argnums):
+            if len(ins) == 1:
+                if a._dtype.kind in _NO_GRAD_KINDS and _no_gradient((a,), ins, (0,)):
+                    continue
+                res = a._prim.vjp([ins[0]], [c], [0], [a])
+                if len(res) != 1:
+                    _wrong_count(a._prim, res, [0])
+                g = res[0]
+                if g is not None:
+                    x = ins[0]
+                    if type(g) is not arr or g._dtype is not x._dtype or g._shape != x._shape:
+                        g = _checked(a._prim, "vjp", g, x, "input", 0)
+                    kx = id(x)
+                    prev = get(kx)
+                    cot[kx] = g if prev is None else add(prev, g)
                 continue
+            if len(ins) == 2:
+                if id(ins[0]) in active:
+                    argnums = [0, 1] if id(ins[1]) in active else [0]
+                else:
+                    argnums = [1]
+            else:
+                argnums = [i for i, x in enumerate(ins) if id(x) in active]
+            if a._dtype.kind in _NO_GRAD_KINDS and _no_gradient((a,), ins, argnums):
+                continue
+            outs = [a]
             cots = [c]
         else:
+            sib = a._siblings
             cots = [pop(id(s), None) for s in sib]
             if all(c is None for c in cots):
                 continue
             outs = list(sib)
+            argnums = [i for i, x in enumerate(ins) if id(x) in active]
             if _no_gradient(outs, ins, argnums):
                 continue
-            cots = [mx.zeros_like(s) if c is None else c for s, c in zip(sib, cots)]
+            cots = [mx.zeros_like(s) if c is None else c for s, c in zip(outs, cots)]
         prim = a._prim
         res = prim.vjp(list(ins), cots, argnums, outs)
         if len(res) != len(argnums):
-            raise TransformError(f"[{prim.name}.vjp] returned {len(res)} cotangents for "
-                                 f"argnums {argnums}; expected one per argnum.")
+            _wrong_count(prim, res, argnums)
         for i, g in zip(argnums, res):
             if g is None:
                 continue
@@ -281,6 +294,11 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             prev = get(kx)
             cot[kx] = g if prev is None else add(prev, g)
     return [get(id(w)) for w in wrappers], order
+
+
+def _wrong_count(prim, res, argnums):
+    raise TransformError(f"[{prim.name}.vjp] returned {len(res)} cotangents for argnums "
+                         f"{argnums}; expected one per argnum.")
 
 
 def forward(outputs: list, wrappers: list, tangents: list, stop: int):

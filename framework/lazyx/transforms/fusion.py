@@ -33,9 +33,12 @@ group's :class:`~lazyx.codegen.ir.Program`. The rules:
 * **Inlined constants.** Evaluated 0-d constants of the tape become literals
   of the kernel instead of inputs.
 
-Fusion happens only for CPU streams whose active backend runs ``Compiled``
-natively, and only when a C++ compiler exists; without one the tape is left
-unfused and one warning says how to enable it. ``Compiled`` also runs on any
+Fusion happens per stream kind, and a group never mixes streams: CPU streams
+are fused when the active CPU backend runs ``Compiled`` natively and a C++
+compiler exists (without one they are left unfused and one warning says how to
+enable it); GPU streams when the active GPU backend is available and has a
+kernel for ``Compiled`` (the ``cuda`` backend's is generated CUDA C++, see
+``lazyx.backends.cuda.compiled``). ``Compiled`` also runs on any
 backend without a kernel for it: its ``eval_cpu`` evaluates the program
 written back as lazyx operations (:mod:`lazyx.codegen.lower`), which is how the
 ``cpu-reference`` backend runs it.
@@ -192,23 +195,41 @@ def _warn_broken(prim, why: str) -> None:
 
 
 # -- when to fuse -----------------------------------------------------------------------
-def _native_backend() -> bool:
-    """Whether the active CPU backend has its own kernel for Compiled."""
+def _native_backend(device_type=DeviceType.cpu) -> bool:
+    """Whether the active backend of ``device_type`` runs Compiled with its own kernel."""
     from ..backend import backend_for
     try:
-        return backend_for(DeviceType.cpu).find_kernel(Compiled) is not None
+        b = backend_for(device_type)
+        if device_type is not DeviceType.cpu and not b.is_available():
+            return False
+        return b.find_kernel(Compiled) is not None
     except Exception:
         return False
 
 
 def _can_fuse() -> bool:
+    """Whether CPU streams are fused: a native kernel and a C++ compiler (warned once if not)."""
     if not _native_backend():
         return False
     from ..codegen import jit
     if jit.available():
         return True
-    jit.warn_missing_compiler(stacklevel=5)
+    jit.warn_missing_compiler(stacklevel=6)
     return False
+
+
+def _fused_kinds(nodes, force: bool) -> frozenset:
+    """The stream kinds (``DeviceType`` values) whose nodes may be fused: CPU streams when
+    :func:`_can_fuse` (always with ``force``), GPU streams when the active GPU backend has
+    a kernel for ``Compiled`` (its kernels are generated for the device it runs)."""
+    kinds = set()
+    present = {nd.prim.stream.kind for nd in nodes}
+    if _CPU in present and (force or _can_fuse()):
+        kinds.add(_CPU)
+    for dev in DeviceType:
+        if dev.value != _CPU and dev.value in present and _native_backend(dev):
+            kinds.add(dev.value)
+    return frozenset(kinds)
 
 
 # -- the pass ---------------------------------------------------------------------------
@@ -230,18 +251,20 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
 
     Args:
         tape: a :class:`lazyx.transforms.compile.Tape` (changed in place).
-        force: fuse even when the active backend has no native kernel for
-            ``Compiled`` or there is no compiler (tests use it).
+        force: fuse CPU streams even when the active CPU backend has no native
+            kernel for ``Compiled`` or there is no compiler (tests use it); GPU
+            streams are fused only when the GPU backend has a kernel for it.
         max_inputs, max_outputs, max_ops, min_ops: the bounds of a group (the
             module's constants by default).
     Returns:
         the tape.
     """
-    if not force and not _can_fuse():
-        return tape
     nodes = tape.nodes
     n = len(nodes)
     if n < min_ops:
+        return tape
+    kinds = _fused_kinds(nodes, force)
+    if not kinds:
         return tape
     shapes, dtypes = tape.shapes, tape.dtypes
     producer = {}
@@ -260,7 +283,7 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
     fusible = [False] * n
     for i, nd in enumerate(nodes):
         outs = nd.outputs
-        if nd.prim.stream.kind != _CPU or not outs:
+        if nd.prim.stream.kind not in kinds or not outs:
             continue
         s0 = shapes[outs[0]]
         if any(shapes[s] != s0 for s in outs):
@@ -493,7 +516,7 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     Args:
         outputs: unevaluated arrays.
         inputs: evaluated arrays that stand for varying inputs.
-        force: fuse even without a native backend kernel or a compiler.
+        force: fuse CPU streams even without a native backend kernel or a compiler.
         bounds: ``max_inputs``, ``max_outputs``, ``max_ops``, ``min_ops`` (see
             :func:`fuse_elementwise`).
     Returns:
