@@ -85,10 +85,8 @@ def test_every_primitive_on_gpu_matches_cpu(cls, i, make):
 
 @needs_gpu
 def test_every_primitive_has_a_gpu_kernel():
-    # Fusion runs on CPU streams only (a GPU graph stays unfused), so Compiled needs none.
-    skip = {"Compiled"}
     missing = [cls.name for cls in registry.primitives
-               if cls.name not in skip and resolve_kernel(CUDA, cls)[1] == "missing"]
+               if resolve_kernel(CUDA, cls)[1] == "missing"]
     assert not missing, f"no CUDA kernel: {missing}"
 
 
