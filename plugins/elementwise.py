@@ -15,6 +15,9 @@ Transform rules sit in the family bases: a unary primitive states its
 derivative, a binary one its partial derivatives, and the bases make ``vjp``
 (conjugated for complex inputs and summed back over broadcast dimensions, as
 MLX does), ``jvp`` and ``vmap`` (batch axes aligned across operands) from them.
+The derivatives of tanh, sigmoid, sin, cos and square (and ``x * x``) have
+a fused form, a :class:`DerivativeProduct` primitive that computes ``g * f'(z)``
+in one node (one per op of a backward pass instead of two or three).
 Piecewise-constant and integer- or bool-valued primitives take the
 :class:`~lazyx.transforms.rules.NoGradient` mixin. The shared moves
 (``sum_to_shape``, ``align_batched`` ...) come from :mod:`lazyx.transforms.rules`.
