@@ -102,12 +102,7 @@ def _plan(program, inputs):
     p.size = int(np.prod(shape, dtype=np.int64))
     p.dtypes = [o.dtype.np for o in program.outputs]
     p.scalar = tuple(x.size == 1 for x in inputs)
-    # The contiguous path: every other input has the loop's shape and C strides.
-    full = [k for k, x in enumerate(inputs) if not p.scalar[k]]
-    if all(inputs[k].shape == shape for k in full):
-        p.contiguous = tuple((k, _c_strides(shape, inputs[k].itemsize)) for k in full)
-    else:
-        p.contiguous = None
+    p.contiguous = contiguous_layout(shape, inputs, p.scalar)
     p.parallel = p.size * _cost(program) >= PARALLEL_WORK
     p.layouts = {}
     p.kernel = kernel_for(program, p.scalar)
@@ -120,6 +115,47 @@ def _c_strides(shape, itemsize) -> tuple:
         out.append(step)
         step *= n
     return tuple(reversed(out))
+
+
+def contiguous_layout(shape, inputs, scalar):
+    """The contiguous path of a plan: ``((k, C strides), ...)`` of the non-scalar inputs
+    when every one has the loop's shape (its strides are checked per call with
+    :func:`runs_contiguous`), else None. Shared by the CPU and CUDA kernels."""
+    full = [k for k, x in enumerate(inputs) if not scalar[k]]
+    if all(inputs[k].shape == shape for k in full):
+        return tuple((k, _c_strides(shape, inputs[k].itemsize)) for k in full)
+    return None
+
+
+def runs_contiguous(contiguous, inputs) -> bool:
+    """Whether this call's inputs have the C strides of ``contiguous_layout``."""
+    if contiguous is None:
+        return False
+    for k, strides in contiguous:
+        if inputs[k].strides != strides:
+            return False
+    return True
+
+
+def cached_layout(p, inputs, make):
+    """The strided path's layout of ``inputs`` under plan ``p``: ``make(dims, strides)``
+    of the collapsed loop, cached per input strides in ``p.layouts``; None when the
+    kernels cannot run it (too many dimensions, or strides that are not whole elements)."""
+    key = tuple([x.strides for x in inputs])
+    got = p.layouts.get(key)
+    if got is not None:
+        return got
+    got = collapse(p.shape, inputs, p.scalar)
+    if got is None:
+        return None
+    dims, strides = got
+    if not dims or len(dims) > cpp.MAX_DIMS:
+        return None
+    got = make(dims, strides)
+    if len(p.layouts) > 64:
+        p.layouts.clear()
+    p.layouts[key] = got
+    return got
 
 
 def _threads() -> int:
@@ -177,22 +213,8 @@ def collapse(shape, inputs, scalar):
 
 def _layout(p: _Plan, inputs):
     """The collapsed loop shape and element strides (bytes for the kernel), or None."""
-    key = tuple([x.strides for x in inputs])
-    got = p.layouts.get(key)
-    if got is not None:
-        return got
-    got = collapse(p.shape, inputs, p.scalar)
-    if got is None:
-        return None
-    dims, strides = got
-    if not dims or len(dims) > cpp.MAX_DIMS:
-        return None
-    flat = dims + [v for s in strides for v in s]
-    got = (np.asarray(flat, dtype=np.int64).tobytes(), len(dims))
-    if len(p.layouts) > 64:
-        p.layouts.clear()
-    p.layouts[key] = got
-    return got
+    return cached_layout(p, inputs, lambda dims, strides: (
+        np.asarray(dims + [v for s in strides for v in s], dtype=np.int64).tobytes(), len(dims)))
 
 
 def compiled_kernel(prim, inputs):
@@ -220,13 +242,7 @@ def compiled_kernel(prim, inputs):
     if n:
         threads = _threads() if p.parallel else 1
         arrays = (*inputs, *outs)
-        contiguous = p.contiguous
-        if contiguous is not None:
-            for k, strides in contiguous:
-                if inputs[k].strides != strides:
-                    contiguous = None
-                    break
-        if contiguous is not None:
+        if runs_contiguous(p.contiguous, inputs):
             rc = _call_contiguous(p.kernel, arrays, n, threads)
         else:
             layout = _layout(p, inputs)

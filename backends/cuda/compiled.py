@@ -42,8 +42,8 @@ import numpy as np
 
 from lazyx import dtypes as _dt
 from lazyx.arguments import broadcast_shapes
-from lazyx.backends.cpu.compiled import collapse
-from lazyx.codegen import cpp, cuda, ir
+from lazyx.backends.cpu.compiled import cached_layout, contiguous_layout, runs_contiguous
+from lazyx.codegen import cuda, ir
 from lazyx.errors import LazyxError
 
 __all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "run_program", "stats",
@@ -106,14 +106,6 @@ class _Plan:
                  "launch", "strided_launch", "layouts", "unrunnable", "checked")
 
 
-def _c_strides(shape, itemsize) -> tuple:
-    out, step = [], itemsize
-    for n in reversed(shape):
-        out.append(step)
-        step *= n
-    return tuple(reversed(out))
-
-
 def _plan(program, inputs) -> _Plan:
     p = _Plan()
     p.program = program
@@ -127,11 +119,7 @@ def _plan(program, inputs) -> _Plan:
     p.size = math.prod(p.shape)
     p.dtypes = [o.dtype.np for o in program.outputs]
     p.scalar = tuple(x.size == 1 for x in inputs)
-    full = [k for k, x in enumerate(inputs) if not p.scalar[k]]
-    if all(inputs[k].shape == p.shape for k in full):
-        p.contiguous = tuple((k, _c_strides(p.shape, inputs[k].itemsize)) for k in full)
-    else:
-        p.contiguous = None
+    p.contiguous = contiguous_layout(p.shape, inputs, p.scalar)
     p.kernel = kernel_for(program, p.scalar)
     # One pack (contiguous) or one element (strided) per thread; the kernels' grid-stride
     # loops take the rest past launch_config's cap. (Measured on an H200: a grid capped
@@ -160,25 +148,13 @@ def _plan_for(program, inputs) -> _Plan:
 def _layout(p: _Plan, inputs, runner):
     """``(device layout, nd, wide)`` for the strided kernels, or None when they cannot run
     this layout."""
-    key = tuple([x.strides for x in inputs])
-    got = p.layouts.get(key)
-    if got is not None:
-        return got
-    got = collapse(p.shape, inputs, p.scalar)
-    if got is None:
-        return None
-    dims, strides = got
-    if not dims or len(dims) > cpp.MAX_DIMS:
-        return None
-    # 32-bit index arithmetic when the count and every input's furthest offset fit.
-    wide = p.size >= _INT32 or any(
-        sum(abs(s) * (n - 1) for s, n in zip(st, dims)) >= _INT32 for st in strides)
-    host = np.asarray(dims + [v for s in strides for v in s], dtype=np.int64)
-    got = (runner.layout(host), np.int32(len(dims)), wide)
-    if len(p.layouts) > 64:
-        p.layouts.clear()
-    p.layouts[key] = got
-    return got
+    def make(dims, strides):
+        # 32-bit index arithmetic when the count and every input's furthest offset fit.
+        wide = p.size >= _INT32 or any(
+            sum(abs(s) * (n - 1) for s, n in zip(st, dims)) >= _INT32 for st in strides)
+        host = np.asarray(dims + [v for s in strides for v in s], dtype=np.int64)
+        return runner.layout(host), np.int32(len(dims)), wide
+    return cached_layout(p, inputs, make)
 
 
 def run_program(program, inputs, runner):
@@ -191,13 +167,7 @@ def run_program(program, inputs, runner):
     outs = [empty(p.shape, d) for d in p.dtypes]
     n = p.size
     if n:
-        contiguous = p.contiguous
-        if contiguous is not None:
-            for k, strides in contiguous:
-                if inputs[k].strides != strides:
-                    contiguous = None
-                    break
-        if contiguous is not None:
+        if runs_contiguous(p.contiguous, inputs):
             stats["contiguous"] += 1
             runner.launch(p.kernel, "lx_contiguous", p.launch, (*inputs, *outs, np.int64(n)))
         else:

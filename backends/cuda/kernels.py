@@ -25,7 +25,9 @@ from lazyx.plugins import shapes as sh
 from lazyx.plugins import sorting as so
 
 from lazyx.backends.cpu.kernels import creation as np_creation
+from lazyx.backends.cpu.kernels.common import bf16_as_float32, bool_as_uint8
 from lazyx.backends.cpu.kernels import indexing as np_indexing
+from lazyx.backends.cpu.kernels import random as np_random
 from lazyx.backends.cpu.kernels import reductions as np_reductions
 from lazyx.backends.cpu.kernels import shapes as np_shapes
 from lazyx.backends.cpu.kernels import sorting as np_sorting
@@ -94,21 +96,13 @@ def _random_bits(p, ins):
     keys = cp.ascontiguousarray(ins[0])
     batch = keys.shape[:-1]
     keys = keys.reshape(-1, 2)
-    n = 1
-    for s in p.shape:
-        n *= s
-    nbytes = n * p.width
-    nwords = (nbytes + 3) // 4
-    half = (nwords + 1) // 2
+    nbytes, nwords, half = np_random.bit_counts(p)
     words = cp.empty((keys.shape[0], nwords), cp.uint32)
     if words.size:
         grid, block = launch_config(keys.shape[0] * half)
         _THREEFRY.function("random_bits")(
             grid, block, (keys, words, np.int64(keys.shape[0]), np.int64(nwords), np.int64(half)))
-    if p.width != 4:
-        words = cp.ascontiguousarray(words.view(cp.uint8)[:, :nbytes]).view(
-            np.dtype(f"u{p.width}"))
-    return words.reshape(batch + p.shape)
+    return np_random.words_to_bits(p, words, batch, nbytes)
 
 
 def _matrix_sqrt(p, ins):
@@ -124,20 +118,7 @@ _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _HALVES = (np.dtype(np.float16), _BF16)
 _BOOL = np.dtype(np.bool_)
-_U8 = np.dtype(np.uint8)
 _U32 = np.dtype(np.uint32)
-
-
-def _bf16_as_float32(fn):
-    """CuPy has no bfloat16 loop for sorting and a few ufuncs: run those in float32
-    (exact for bfloat16 values) and round floating results back."""
-    def kernel(p, ins):
-        if not any(x.dtype == _BF16 for x in ins):
-            return fn(p, ins)
-        out = fn(p, [x.astype(_F32) if x.dtype == _BF16 else x for x in ins])
-        back = lambda o: o.astype(_BF16) if o.dtype == _F32 else o  # noqa: E731
-        return tuple(back(o) for o in out) if type(out) is tuple else back(out)
-    return kernel
 
 
 def _floating(d) -> bool:
@@ -165,17 +146,6 @@ def _astype(p, ins):
 
 def _as_bool(x):
     return x if x.dtype == _BOOL else x != 0
-
-
-def _bool_as_uint8(fn):
-    def kernel(p, ins):
-        if ins[0].dtype != _BOOL:
-            return fn(p, ins)
-        out = fn(p, [x.view(_U8) for x in ins])
-        if type(out) is tuple:
-            return tuple(o.astype(_BOOL) for o in out)
-        return out.astype(_BOOL)
-    return kernel
 
 
 # -- element-wise ------------------------------------------------------------------
@@ -372,21 +342,11 @@ _SCANS = {"sum": _cumsum, "prod": _cumprod, "max": _minmax_scan(cp.maximum),
           "min": _minmax_scan(cp.minimum), "logaddexp": _logcumsumexp}
 
 
+_scan_views = np_reductions.scan_kernel(_SCANS)
+
+
 def _scan(p, ins):
-    x = ins[0]
-    axis = p.axis
-    if p.reverse:
-        x = cp.flip(x, axis)
-    r = _SCANS[p.op](x, axis)
-    if not p.inclusive and r.shape[axis]:
-        out = cp.empty_like(r)
-        head = (slice(None),) * axis
-        out[head + (slice(0, 1),)] = np_reductions._identity(p.op, r.dtype)
-        out[head + (slice(1, None),)] = r[head + (slice(0, -1),)]
-        r = out
-    if p.reverse:
-        r = cp.flip(r, axis)
-    return cp.ascontiguousarray(r)
+    return cp.ascontiguousarray(_scan_views(p, ins))
 
 
 # -- shapes ---------------------------------------------------------------------------------
@@ -585,16 +545,16 @@ KERNELS = {
     ew.IsPosInf: _is_inf(1),
     ew.IsNegInf: _is_inf(-1),
     ew.NanToNum: _nan_to_num,
-    ew.FloorDivide: _bool_as_uint8(_bf16_as_float32(_floor_divide)),
-    ew.Remainder: _bool_as_uint8(_bf16_as_float32(lambda p, ins: _remainder_of(*ins))),
-    ew.DivMod: _bool_as_uint8(_bf16_as_float32(_divmod)),
-    ew.Power: _bool_as_uint8(_power),
+    ew.FloorDivide: bool_as_uint8(bf16_as_float32(_floor_divide)),
+    ew.Remainder: bool_as_uint8(bf16_as_float32(lambda p, ins: _remainder_of(*ins))),
+    ew.DivMod: bool_as_uint8(bf16_as_float32(_divmod)),
+    ew.Power: bool_as_uint8(_power),
     ew.LogicalNot: lambda p, ins: cp.logical_not(_as_bool(ins[0])),
     ew.LogicalAnd: lambda p, ins: cp.logical_and(_as_bool(ins[0]), _as_bool(ins[1])),
     ew.LogicalOr: lambda p, ins: cp.logical_or(_as_bool(ins[0]), _as_bool(ins[1])),
     ew.LogicalXor: lambda p, ins: cp.logical_xor(_as_bool(ins[0]), _as_bool(ins[1])),
-    ew.IsClose: _bf16_as_float32(_isclose),
-    ew.AllClose: _bf16_as_float32(_allclose),
+    ew.IsClose: bf16_as_float32(_isclose),
+    ew.AllClose: bf16_as_float32(_allclose),
     ew.ArrayEqual: _array_equal,
     ew.Select: _select,
     pr.Matmul: _matmul,
@@ -615,12 +575,14 @@ KERNELS = {
     ix.SliceUpdate: _slice_update,
     ix.GatherAxis: _gather_axis,
     ix.ScatterAxis: _scatter_axis,
-    so.Sort: _bf16_as_float32(lambda p, ins: cp.sort(ins[0], axis=p.axis)),
-    so.ArgSort: _bf16_as_float32(lambda p, ins: cp.argsort(ins[0], axis=p.axis,
+    # np.sort and np.partition dispatch to CuPy; the NumPy kernels already sort bfloat16
+    # as float32.
+    so.Sort: np_sorting.KERNELS[so.Sort],
+    so.ArgSort: bf16_as_float32(lambda p, ins: cp.argsort(ins[0], axis=p.axis,
                                                            kind="stable").astype(_U32)),
-    so.Partition: _bf16_as_float32(lambda p, ins: cp.partition(ins[0], p.kth, axis=p.axis)),
-    so.ArgPartition: _bf16_as_float32(
+    so.Partition: np_sorting.KERNELS[so.Partition],
+    so.ArgPartition: bf16_as_float32(
         lambda p, ins: cp.argpartition(ins[0], p.kth, axis=p.axis).astype(_U32)),
-    so.TopK: _bf16_as_float32(np_sorting._topk),  # np.partition dispatches to CuPy
-    so.SearchSorted: _bf16_as_float32(_searchsorted),
+    so.TopK: np_sorting.KERNELS[so.TopK],
+    so.SearchSorted: bf16_as_float32(_searchsorted),
 }

@@ -18,8 +18,9 @@ import numpy as np
 
 from lazyx.plugins import elementwise as ew
 
+from .common import bool_as_uint8
+
 _HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-_UINT8 = np.dtype(np.uint8)
 _BOOL = np.dtype(np.bool_)
 
 
@@ -29,19 +30,6 @@ def _in_float32(fn):
         x = ins[0]
         if x.dtype in _HALVES:
             return fn(p, [x.astype(np.float32)]).astype(x.dtype)
-        return fn(p, ins)
-    return kernel
-
-
-def _bool_as_uint8(fn):
-    """Run a binary integer kernel on bool inputs as uint8 and return bool, as MLX does."""
-    def kernel(p, ins):
-        x, y = ins
-        if x.dtype == _BOOL:
-            out = fn(p, [x.view(_UINT8), y.view(_UINT8)])
-            if type(out) is tuple:
-                return tuple(np.asarray(o).astype(_BOOL) for o in out)
-            return np.asarray(out).astype(_BOOL)
         return fn(p, ins)
     return kernel
 
@@ -356,10 +344,10 @@ KERNELS = {
     ew.Subtract: _subtract,
     ew.Multiply: _binary(np.multiply),
     ew.Divide: _binary(np.divide),
-    ew.FloorDivide: _bool_as_uint8(_floor_divide),
-    ew.Remainder: _bool_as_uint8(_remainder),
-    ew.DivMod: _bool_as_uint8(_divmod),
-    ew.Power: _bool_as_uint8(_power),
+    ew.FloorDivide: bool_as_uint8(_floor_divide),
+    ew.Remainder: bool_as_uint8(_remainder),
+    ew.DivMod: bool_as_uint8(_divmod),
+    ew.Power: bool_as_uint8(_power),
     ew.Maximum: _binary(np.maximum),
     ew.Minimum: _binary(np.minimum),
     ew.LogAddExp: _logaddexp,

@@ -38,17 +38,32 @@ def threefry2x32(k0, k1, x0, x1):
     return x0, x1
 
 
-def _random_bits(p, ins):
-    keys = ins[0]
-    batch = keys.shape[:-1]
-    keys = keys.reshape(-1, 2)
-    k0, k1 = keys[:, :1], keys[:, 1:]
+def bit_counts(p) -> tuple[int, int, int]:
+    """``(nbytes, nwords, half)`` of a RandomBits node, per key: the bytes it draws, the
+    32-bit words that hold them, and the counters hashed (each gives two words)."""
     n = 1
     for s in p.shape:
         n *= s
     nbytes = n * p.width
     nwords = (nbytes + 3) // 4
-    half = (nwords + 1) // 2
+    return nbytes, nwords, (nwords + 1) // 2
+
+
+def words_to_bits(p, words, batch, nbytes):
+    """The ``(keys, nwords)`` uint32 words as the node's output: its first ``nbytes``
+    bytes per key, in its unsigned dtype and shape (NumPy or CuPy words)."""
+    if p.width != 4:
+        # .copy() (C order) rather than np.ascontiguousarray, which CuPy arrays do not pass
+        words = words.view(np.uint8)[:, :nbytes].copy().view(_UINT[p.width])
+    return words.reshape(batch + p.shape)
+
+
+def _random_bits(p, ins):
+    keys = ins[0]
+    batch = keys.shape[:-1]
+    keys = keys.reshape(-1, 2)
+    k0, k1 = keys[:, :1], keys[:, 1:]
+    nbytes, nwords, half = bit_counts(p)
     rest = nwords - half  # words taken from the second output word of the hash
     words = np.empty((keys.shape[0], nwords), _u32)
     # A chunk of counters at a time: the ~100 passes of the rounds then stay in
@@ -64,9 +79,7 @@ def _random_bits(p, ins):
         if start < rest:
             end = min(stop, rest)
             words[:, half + start:half + end] = y1[:, :end - start]
-    if p.width != 4:
-        words = np.ascontiguousarray(words.view(np.uint8)[:, :nbytes]).view(_UINT[p.width])
-    return words.reshape(batch + p.shape)
+    return words_to_bits(p, words, batch, nbytes)
 
 
 def _matrix_sqrt(p, ins):

@@ -133,21 +133,26 @@ def _identity(op, d):
     return complex(inf, inf) if d.kind == "c" else inf
 
 
-def _scan(p, ins):
-    x = ins[0]
-    axis = p.axis
-    if p.reverse:
-        x = np.flip(x, axis)
-    r = _SCANS[p.op](x, axis)
-    if not p.inclusive and r.shape[axis]:
-        out = np.empty_like(r)
-        head = (slice(None),) * axis
-        out[head + (slice(0, 1),)] = _identity(p.op, r.dtype)
-        out[head + (slice(1, None),)] = r[head + (slice(0, -1),)]
-        r = out
-    if p.reverse:
-        r = np.flip(r, axis)
-    return r
+def scan_kernel(scans: dict):
+    """The Scan kernel over the inclusive scans ``scans`` (``{op: fn(x, axis)}``): reverse
+    and exclusive scans are built around them. Array-agnostic (``np.flip`` and
+    ``np.empty_like`` dispatch to CuPy), so the CUDA backend reuses it with its own scans."""
+    def scan(p, ins):
+        x = ins[0]
+        axis = p.axis
+        if p.reverse:
+            x = np.flip(x, axis)
+        r = scans[p.op](x, axis)
+        if not p.inclusive and r.shape[axis]:
+            out = np.empty_like(r)
+            head = (slice(None),) * axis
+            out[head + (slice(0, 1),)] = _identity(p.op, r.dtype)
+            out[head + (slice(1, None),)] = r[head + (slice(0, -1),)]
+            r = out
+        if p.reverse:
+            r = np.flip(r, axis)
+        return r
+    return scan
 
 
 KERNELS = {
@@ -155,5 +160,5 @@ KERNELS = {
     rd.ArgReduce: _arg_reduce,
     rd.LogSumExp: _logsumexp,
     rd.Median: _median,
-    rd.Scan: _scan,
+    rd.Scan: scan_kernel(_SCANS),
 }

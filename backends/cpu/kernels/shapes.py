@@ -63,7 +63,6 @@ def _dynamic_slice(p, ins):
 
 def _dynamic_slice_update(p, ins):
     x, u, start = ins
-    nd = x.ndim
     block = sh._update_block(x.shape, u.shape, p.axes)
     key = [slice(0, b) for b in block]
     for ax, b in zip(p.axes, _starts(p, start, x.shape, block)):
