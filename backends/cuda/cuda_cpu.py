@@ -23,7 +23,7 @@ import ctypes
 
 import numpy as np
 
-from lazyx.codegen import cuda, jit
+from lazyx.codegen import cpp, cuda, jit
 
 __all__ = ["SHIM", "translation_unit", "HostRunner", "run_on_cpu", "available"]
 
@@ -50,19 +50,8 @@ inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); 
 inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
-// CUDA's erfinv: a closed-form start refined by Halley steps on erf(x) = y.
-inline double erfinv(double y) {
-  const double a = 0.147, two_over_sqrt_pi = 1.1283791670955126;
-  double l = std::log1p(-y * y), t = 2.0 / (3.141592653589793 * a) + 0.5 * l;
-  double x = std::copysign(std::sqrt(std::sqrt(t * t - l / a) - t), y);
-  for (int k = 0; k < 3; ++k) {
-    double f = std::erf(x) - y;
-    x = x - f / (two_over_sqrt_pi * std::exp(-x * x) + x * f);
-  }
-  return std::fabs(y) == 1.0 ? std::copysign(INFINITY, y) : x;
-}
-inline float erfinvf(float y) { return (float)erfinv((double)y); }
-"""
+// CUDA's erfinv and erfinvf, as the C++ renderer computes erfinv.
+__LX_ERFINV__""".replace("__LX_ERFINV__", cpp.erfinv_source("erfinv", "erfinvf"))
 
 
 def available() -> bool:

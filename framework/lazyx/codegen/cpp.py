@@ -394,25 +394,32 @@ static inline float lx_rb(float x) { return lx_b2f(lx_f2b(x)); }
 
 """
 
+def erfinv_source(name: str, float_name: str) -> str:
+    """Host C++ of erfinv as functions ``name(double)`` and ``float_name(float)``: the
+    C++ renderer's ``lx_erfinv``, and CUDA's ``erfinv``/``erfinvf`` in the host shim
+    that runs generated CUDA on the CPU (``lazyx.backends.cuda.cuda_cpu``)."""
+    return f"""static inline double {name}(double y) {{
+  // A closed-form start (relative error ~2e-3) refined by Halley steps on erf(x) = y.
+  const double a = 0.147, two_over_sqrt_pi = 1.1283791670955126;
+  double l = std::log1p(-y * y), t = 2.0 / (3.141592653589793 * a) + 0.5 * l;
+  double x = std::copysign(std::sqrt(std::sqrt(t * t - l / a) - t), y);
+  for (int k = 0; k < 3; ++k) {{
+    double f = std::erf(x) - y;
+    x = x - f / (two_over_sqrt_pi * std::exp(-x * x) + x * f);
+  }}
+  return std::fabs(y) == 1.0 ? std::copysign(INFINITY, y) : x;
+}}
+static inline float {float_name}(float y) {{ return (float){name}((double)y); }}
+"""
+
+
 _EPILOGUE = r"""
 // -- the C++ renderer's own functions ----------------------------------------------
 __LX_RATIONALS__
 static inline double lx_erf(double x) { return std::erf(x); }
 static inline double lx_tanh(double x) { return std::tanh(x); }
 static inline c64 lx_tanh(c64 x) { return std::tanh(x); }
-static inline double lx_erfinv(double y) {
-  // A closed-form start (relative error ~2e-3) refined by Halley steps on erf(x) = y.
-  const double a = 0.147, two_over_sqrt_pi = 1.1283791670955126;
-  double l = std::log1p(-y * y), t = 2.0 / (3.141592653589793 * a) + 0.5 * l;
-  double x = std::copysign(std::sqrt(std::sqrt(t * t - l / a) - t), y);
-  for (int k = 0; k < 3; ++k) {
-    double f = std::erf(x) - y;
-    x = x - f / (two_over_sqrt_pi * std::exp(-x * x) + x * f);
-  }
-  return std::fabs(y) == 1.0 ? std::copysign(INFINITY, y) : x;
-}
-static inline float lx_erfinv(float y) { return (float)lx_erfinv((double)y); }
-
+__LX_ERFINV__
 // -- threads ----------------------------------------------------------------------
 // Split [0, n) into one chunk per thread (multiples of 64 elements, so no two
 // threads write one cache line); the caller runs the first chunk.
@@ -431,7 +438,8 @@ template <class F> static void lx_parallel(int64_t n, int threads, F f) {
 }
 """
 
-_PREAMBLE = _PROLOGUE + HELPERS + _EPILOGUE
+_PREAMBLE = _PROLOGUE + HELPERS + _EPILOGUE.replace(
+    "__LX_ERFINV__", erfinv_source("lx_erfinv", "lx_erfinv"))
 
 # Integer results that C++ computes in a wider type.
 _WIDENING = {"add", "mul", "bitand", "bitor", "bitxor"}

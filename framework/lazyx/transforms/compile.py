@@ -74,6 +74,7 @@ from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, KernelOutputError, TransformError
 from ..primitive import Primitive
+from .placeholder import InputPlaceholder
 from . import autodiff
 from .custom import CustomTransforms
 from .trees import describe, flatten, leaf_paths, unflatten
@@ -162,30 +163,17 @@ class Tape:
 
 
 # -- placeholders ------------------------------------------------------------------
-class CompileInput(Primitive):
+class CompileInput(InputPlaceholder):
     """Stands for one input array while ``compile`` traces a function: no data."""
 
-    __slots__ = ("shape", "seq")
-    transient = True
-
-    def __init__(self, stream, shape: tuple, seq: int):
-        self.stream = stream
-        self.shape = shape
-        self.seq = seq
-
-    def output_shapes(self, inputs):
-        return [self.shape]
-
-    def eval_cpu(self, inputs):
-        raise TransformError(
-            "[compile] Attempting to eval an array during function transformations like "
-            "compile or vmap is not allowed: this array depends on an input of a function "
-            "being compiled, whose values exist only when the compiled function runs. "
-            "Inside the function, do not call eval, item(), print or NumPy conversion on "
-            "it; an array the function stored outside without declaring the container in "
-            "compile's inputs= and outputs= cannot be evaluated either.")
-
-    eval_gpu = eval_cpu
+    __slots__ = ()
+    message = (
+        "[compile] Attempting to eval an array during function transformations like "
+        "compile or vmap is not allowed: this array depends on an input of a function "
+        "being compiled, whose values exist only when the compiled function runs. "
+        "Inside the function, do not call eval, item(), print or NumPy conversion on "
+        "it; an array the function stored outside without declaring the container in "
+        "compile's inputs= and outputs= cannot be evaluated either.")
 
 
 def _placeholder(x: array) -> array:

@@ -24,8 +24,8 @@ import itertools
 from ..array import array, lazy
 from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
-from ..primitive import Primitive
 from ..scheduler import unevaluated_order
+from .placeholder import InputPlaceholder
 from .rules import add_batch_axis, move_batch_axis
 from .autodiff import rebound
 from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
@@ -36,29 +36,14 @@ _array = array
 _seq = itertools.count(1)
 
 
-class Placeholder(Primitive):
+class Placeholder(InputPlaceholder):
     """Stands for one example of a mapped argument while ``vmap`` traces the function."""
 
-    # ``seq`` keeps two placeholders of one shape distinct (they stand for different data).
-    __slots__ = ("shape", "seq")
-    # The replay replaces every placeholder, so no transform ever walks one.
-    transient = True
-
-    def __init__(self, stream, shape: tuple, seq: int):
-        self.stream = stream
-        self.shape = shape
-        self.seq = seq
-
-    def output_shapes(self, inputs):
-        return [self.shape]
-
-    def eval_cpu(self, inputs):
-        raise TransformError(
-            "[vmap] Cannot evaluate an array that depends on a mapped argument inside the "
-            "function being vmapped (item(), printing, eval, NumPy conversion): its values "
-            "exist only once vmap has returned.")
-
-    eval_gpu = eval_cpu
+    __slots__ = ()
+    message = (
+        "[vmap] Cannot evaluate an array that depends on a mapped argument inside the "
+        "function being vmapped (item(), printing, eval, NumPy conversion): its values "
+        "exist only once vmap has returned.")
 
 
 def _is_axis_spec(x) -> bool:

@@ -1,0 +1,36 @@
+"""The primitive that stands for a traced function's input while a transform traces it."""
+
+from __future__ import annotations
+
+from ..errors import TransformError
+from ..primitive import Primitive
+
+__all__ = ["InputPlaceholder"]
+
+
+class InputPlaceholder(Primitive):
+    """Base of the placeholders of ``compile`` (``CompileInput``) and ``vmap``
+    (``Placeholder``): a node of a given shape with no data and no inputs.
+
+    A subclass gives ``message``, the error raised when something evaluates one
+    (``item()``, printing, ``eval`` or a NumPy conversion inside the function).
+    """
+
+    # ``seq`` keeps two placeholders of one shape distinct (they stand for different data).
+    __slots__ = ("shape", "seq")
+    # The replay replaces every placeholder, so no transform ever walks one.
+    transient = True
+    message = "Cannot evaluate a placeholder of a function being traced."
+
+    def __init__(self, stream, shape: tuple, seq: int):
+        self.stream = stream
+        self.shape = shape
+        self.seq = seq
+
+    def output_shapes(self, inputs):
+        return [self.shape]
+
+    def eval_cpu(self, inputs):
+        raise TransformError(self.message)
+
+    eval_gpu = eval_cpu
