@@ -66,26 +66,9 @@ def data():
     return xs, params, batch, onehot
 
 
-def lazyx_cases(xs, params, batch, onehot):
-    import lazyx.core as mx
-
-    class Ops:
-        sin, tanh, sum, maximum, mean, logsumexp = (mx.sin, mx.tanh, mx.sum, mx.maximum,
-                                                    mx.mean, mx.logsumexp)
-
-    ps = [mx.array(p) for p in params]
-    xb, oh = mx.array(batch), mx.array(onehot)
-    chain_vg = mx.value_and_grad(lambda v: chain(Ops, v))
-    mlp = lambda w1, b1, w2, b2: mlp_loss(Ops, mx.matmul, w1, b1, w2, b2, xb, oh)  # noqa: E731
-    mlp_vg = mx.value_and_grad(mlp, argnums=(0, 1, 2, 3))
-    cases = {("chain", n): _lazy_case(mx, lambda v: chain(Ops, v), chain_vg, [mx.array(x)])
-             for n, x in xs.items()}
-    cases["mlp"] = _lazy_case(mx, mlp, mlp_vg, ps)
-    return cases
-
-
-def mlx_cases(xs, params, batch, onehot):
-    import mlx.core as mx
+def _mlx_style_cases(mx, xs, params, batch, onehot):
+    """The cases for an MLX-style framework module ``mx`` (lazyx.core or mlx.core), on
+    its CPU: the forward and ``value_and_grad`` of each function."""
 
     class Ops:
         sin, tanh, sum, maximum, mean, logsumexp = (mx.sin, mx.tanh, mx.sum, mx.maximum,
@@ -101,6 +84,16 @@ def mlx_cases(xs, params, batch, onehot):
              for n, x in xs.items()}
     cases["mlp"] = _lazy_case(mx, mlp, mlp_vg, ps)
     return cases
+
+
+def lazyx_cases(xs, params, batch, onehot):
+    import lazyx.core as mx
+    return _mlx_style_cases(mx, xs, params, batch, onehot)
+
+
+def mlx_cases(xs, params, batch, onehot):
+    import mlx.core as mx
+    return _mlx_style_cases(mx, xs, params, batch, onehot)
 
 
 def torch_cases(xs, params, batch, onehot):

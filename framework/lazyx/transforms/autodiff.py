@@ -410,17 +410,24 @@ def vjp(fun, primals, cotangents):
         if len(cotangents) != len(outs):
             raise ArgumentError(f"[vjp] The function returned {len(outs)} output(s) but "
                                 f"{len(cotangents)} cotangent(s) were given.")
-        cots = []
-        for i, (o, c) in enumerate(zip(outs, cotangents)):
-            if c._shape != o._shape:
-                raise ShapeError(f"[vjp] Output {i} has shape {o._shape} but its cotangent has "
-                                 f"shape {c._shape}.")
-            cots.append(c if c._dtype is o._dtype else mx.astype(c, o._dtype))
+        cots = _matching(cotangents, outs, "vjp", "Output", "cotangent")
         grads, order = backward(outs, cots, wrappers, stop)
         grads = [mx.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
     if _retain.depth == 0:
         release(order, wrappers)
     return outs, grads
+
+
+def _matching(values, refs, op: str, ref_name: str, value_name: str) -> list:
+    """``values`` (cotangents or tangents), each checked to have its reference's shape
+    and cast to its dtype."""
+    out = []
+    for i, (r, v) in enumerate(zip(refs, values)):
+        if v._shape != r._shape:
+            raise ShapeError(f"[{op}] {ref_name} {i} has shape {r._shape} but its {value_name} "
+                             f"has shape {v._shape}.")
+        out.append(v if v._dtype is r._dtype else mx.astype(v, r._dtype))
+    return out
 
 
 def jvp(fun, primals, tangents):
@@ -443,12 +450,7 @@ def jvp(fun, primals, tangents):
     if len(tangents) != len(primals):
         raise ArgumentError(f"[jvp] {len(primals)} primal(s) but {len(tangents)} tangent(s) "
                             f"were given.")
-    tans = []
-    for i, (p, t) in enumerate(zip(primals, tangents)):
-        if t._shape != p._shape:
-            raise ShapeError(f"[jvp] Primal {i} has shape {p._shape} but its tangent has shape "
-                             f"{t._shape}.")
-        tans.append(t if t._dtype is p._dtype else mx.astype(t, p._dtype))
+    tans = _matching(tangents, primals, "jvp", "Primal", "tangent")
     wrappers, stop = wrap_primals(primals)
     handles = [w._prim for w in wrappers]
     with _retain:
