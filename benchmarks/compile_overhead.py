@@ -24,16 +24,8 @@ import numpy as np  # noqa: E402
 from benchmarks import peers as peer_mod  # noqa: E402
 from benchmarks.timing import compare, machine_load  # noqa: E402
 
-N_OPS = 200
-SIZE = 16
-
-
-def chain(x, c, n_ops=N_OPS):
-    y = x
-    for _ in range(n_ops // 2):
-        y = y * c
-        y = y + c
-    return y
+# The chain of the per-op overhead benchmark, here compiled.
+from benchmarks.overhead import N_OPS, SIZE, _chain as chain  # noqa: E402
 
 
 def cases(peers) -> dict:

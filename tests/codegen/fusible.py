@@ -119,3 +119,45 @@ def run_program(program, *inputs):
         ys = lazy_multi([shape] * len(outs), [o.dtype for o in outs], prim, tuple(inputs))
     mx.eval(ys)
     return ys
+
+
+# -- the walk over every fusible primitive, dtype and layout (C++ and CUDA tests) -----
+#: Fusion bounds that put a whole walk into one fused node per run.
+UNBOUNDED = {"max_inputs": 64, "max_outputs": 10**6, "max_ops": 10**6, "min_ops": 1}
+#: The dtypes also walked with a one-element ``y`` (the kernels' scalar inputs).
+SCALAR_DTYPES = (mx.bool_, mx.int8, mx.float16, mx.float32, mx.complex64)
+
+
+def layout_arrays(dtype, layout, shape=(8, 33)) -> dict:
+    """The walk's lazyx inputs ``{"x": ..., "y": ...}`` in ``layout``: ``contiguous``
+    (``unaligned`` is the same; its test replaces the buffers at run time), ``strided``
+    (a transposed and a sliced view) or ``scalar`` (a one-element ``y``)."""
+    from helpers import to_lazyx
+    data = inputs_for(dtype, shape)
+    x, y = data["x"], data["y"]
+    if layout in ("contiguous", "unaligned"):
+        return {"x": to_lazyx(x), "y": to_lazyx(y)}
+    if layout == "strided":
+        xt = mx.transpose(to_lazyx(np.ascontiguousarray(x.T)))
+        ys = to_lazyx(np.repeat(y, 2, axis=1))[:, ::2]
+        mx.eval(xt, ys)
+        return {"x": xt, "y": ys}
+    return {"x": to_lazyx(x), "y": to_lazyx(y[0, 0])}
+
+
+def walk_cases(primitives, layouts, shape=(8, 33)) -> list:
+    """``[(dtype, layout, arrays, items, flat)]`` for every dtype and layout: ``items``
+    are ``(class, label, outputs)`` of every primitive's nodes on ``arrays``, ``flat``
+    all their outputs."""
+    cases = []
+    for dtype in ALL_DTYPES:
+        for layout in layouts:
+            if layout == "scalar" and dtype not in SCALAR_DTYPES:
+                continue
+            arrays = layout_arrays(dtype, layout, shape)
+            items = [(cls, label, outs) for cls in primitives
+                     for label, outs in build(cls, arrays)]
+            flat = [o for *_, outs in items for o in outs]
+            cases.append((dtype, layout, arrays, items, flat))
+    return cases
+

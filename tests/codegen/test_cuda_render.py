@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from fusible import build, fusible_primitives, inputs_for
+from fusible import UNBOUNDED, fusible_primitives, walk_cases
 from helpers import ALL_DTYPES, TOLERANCES, assert_close, random_array, rng, to_lazyx
 from lazyx import backend as _backend
 from lazyx.backend import Backend, register_backend, invalidate_dispatch
@@ -35,7 +35,6 @@ from lazyx.transforms.fusion import Compiled, fuse_arrays
 pytestmark = pytest.mark.skipif(not jit.available(), reason="no C++ compiler")
 
 f32 = mx.float32
-_UNBOUNDED = {"max_inputs": 64, "max_outputs": 10**6, "max_ops": 10**6, "min_ops": 1}
 
 
 def _program(inputs, outputs):
@@ -93,7 +92,6 @@ def test_packs_are_16_bytes_of_the_widest_buffer(ins, outs, width):
 # -- every fusible primitive, every dtype -------------------------------------------------
 PRIMITIVES = fusible_primitives()
 LAYOUTS = ("contiguous", "unaligned", "strided", "scalar")
-SCALAR_DTYPES = (mx.bool_, mx.int8, mx.float16, mx.float32, mx.complex64)
 SHAPE = (7, 33)  # 231 elements: packs and a remainder
 
 
@@ -102,21 +100,6 @@ def _unaligned(a):
     flat = np.empty(a.size + 1, a.dtype)[1:]
     flat[...] = a.reshape(-1)
     return flat.reshape(a.shape)
-
-
-def _arrays(dtype, layout):
-    data = inputs_for(dtype, SHAPE)
-    x, y = data["x"], data["y"]
-    if layout == "contiguous":
-        return {"x": to_lazyx(x), "y": to_lazyx(y)}
-    if layout == "unaligned":
-        return {"x": to_lazyx(x), "y": to_lazyx(y)}  # the buffers are replaced at run time
-    if layout == "strided":
-        xt = mx.transpose(to_lazyx(np.ascontiguousarray(x.T)))
-        ys = to_lazyx(np.repeat(y, 2, axis=1))[:, ::2]
-        mx.eval(xt, ys)
-        return {"x": xt, "y": ys}
-    return {"x": to_lazyx(x), "y": to_lazyx(y[0, 0])}
 
 
 def _runner(layout):
@@ -129,16 +112,9 @@ def walk():
     """``{(class, dtype, layout): [(label, [(host CUDA output, unfused output)])]}`` and
     the kernels each layout launched."""
     cases = []
-    for dtype in ALL_DTYPES:
-        for layout in LAYOUTS:
-            if layout == "scalar" and dtype not in SCALAR_DTYPES:
-                continue
-            arrays = _arrays(dtype, layout)
-            items = [(cls, label, outs) for cls in PRIMITIVES
-                     for label, outs in build(cls, arrays)]
-            flat = [o for *_, outs in items for o in outs]
-            fused = fuse_arrays(flat, list(arrays.values()), force=True, **_UNBOUNDED)
-            cases.append((dtype, layout, items, flat, fused))
+    for dtype, layout, arrays, items, flat in walk_cases(PRIMITIVES, LAYOUTS, SHAPE):
+        fused = fuse_arrays(flat, list(arrays.values()), force=True, **UNBOUNDED)
+        cases.append((dtype, layout, items, flat, fused))
     # Build the host kernels in parallel (each build is a compiler process).
     jobs = {}
     for *_, fused in cases:

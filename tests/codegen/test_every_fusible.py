@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from fusible import build, declares, fusible_primitives, inputs_for, makers
-from helpers import ALL_DTYPES, TOLERANCES, to_lazyx
+from fusible import UNBOUNDED, declares, fusible_primitives, makers, walk_cases
+from helpers import TOLERANCES
 from lazyx.backends.cpu import compiled
 from lazyx.codegen import jit
 from lazyx.transforms.fusion import Compiled, fuse_arrays
@@ -28,21 +28,6 @@ pytestmark = pytest.mark.skipif(not jit.available(), reason="no C++ compiler")
 
 PRIMITIVES = fusible_primitives()
 LAYOUTS = ("contiguous", "strided", "scalar")
-SCALAR_DTYPES = (mx.bool_, mx.int8, mx.float16, mx.float32, mx.complex64)
-_UNBOUNDED = {"max_inputs": 64, "max_outputs": 10**6, "max_ops": 10**6, "min_ops": 1}
-
-
-def _arrays(dtype, layout):
-    data = inputs_for(dtype)
-    x, y = data["x"], data["y"]
-    if layout == "contiguous":
-        return {"x": to_lazyx(x), "y": to_lazyx(y)}
-    if layout == "strided":
-        xt = mx.transpose(to_lazyx(np.ascontiguousarray(x.T)))
-        ys = to_lazyx(np.repeat(y, 2, axis=1))[:, ::2]
-        mx.eval(xt, ys)
-        return {"x": xt, "y": ys}
-    return {"x": to_lazyx(x), "y": to_lazyx(y[0, 0])}
 
 
 def _fused_here(out) -> bool:
@@ -59,18 +44,11 @@ def _fused_here(out) -> bool:
 def walk():
     """``{(class, dtype, layout): [(label, fused, reference, unfused, expected_fused)]}``."""
     cases = []
-    for dtype in ALL_DTYPES:
-        for layout in LAYOUTS:
-            if layout == "scalar" and dtype not in SCALAR_DTYPES:
-                continue
-            arrays = _arrays(dtype, layout)
-            items = [(cls, label, outs) for cls in PRIMITIVES
-                     for label, outs in build(cls, arrays)]
-            flat = [o for *_, outs in items for o in outs]
-            ins = list(arrays.values())
-            fused = fuse_arrays(flat, ins, force=True, **_UNBOUNDED)
-            reference = fuse_arrays(flat, ins, force=True, **_UNBOUNDED)
-            cases.append((dtype, layout, items, flat, fused, reference))
+    for dtype, layout, arrays, items, flat in walk_cases(PRIMITIVES, LAYOUTS):
+        ins = list(arrays.values())
+        fused = fuse_arrays(flat, ins, force=True, **UNBOUNDED)
+        reference = fuse_arrays(flat, ins, force=True, **UNBOUNDED)
+        cases.append((dtype, layout, items, flat, fused, reference))
     # Build the kernels in parallel (each build is a compiler process).
     jobs = {}
     for *_, fused, _ in cases:
