@@ -17,10 +17,6 @@ import pytest  # noqa: E402
 def on_cpu():
     """Run the test with the CPU as default device: for tests of CPU memory layout
     (views sharing NumPy buffers), which a GPU default device does not have."""
-    import lazyx.core as mx
-    previous = mx.default_device()
-    mx.set_default_device(mx.cpu)
-    try:
+    from lazyx.testing import running_on
+    with running_on("cpu"):
         yield
-    finally:
-        mx.set_default_device(previous)

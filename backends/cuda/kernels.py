@@ -14,7 +14,6 @@ import numpy as np
 
 import ml_dtypes
 
-from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import creation as cr
 from lazyx.plugins import elementwise as ew
 from lazyx.plugins import indexing as ix
@@ -361,17 +360,8 @@ def _host_input(fn, *positions):
     return kernel
 
 
-def _as_strided(p, ins):
-    x = ins[0]
-    if 0 in p.shape:
-        return cp.empty(p.shape, dtype=x.dtype)
-    flat = cp.ascontiguousarray(x).reshape(-1)
-    if not (0 <= p.offset < flat.size):
-        raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array of "
-                                   f"{flat.size} elements.")
-    item = flat.itemsize
-    return cp.lib.stride_tricks.as_strided(flat[p.offset:], shape=p.shape,
-                                           strides=tuple(s * item for s in p.strides))
+_as_strided = np_shapes.as_strided_kernel(
+    lambda a, shape, strides: cp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides))
 
 
 def _view(p, ins):

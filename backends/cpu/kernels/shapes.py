@@ -72,17 +72,20 @@ def _dynamic_slice_update(p, ins):
     return out
 
 
-def _as_strided_kernel(p, ins):
-    x = ins[0]
-    if 0 in p.shape:
-        return np.empty(p.shape, dtype=x.dtype)
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if not (0 <= p.offset < flat.size):
-        raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array of "
-                                   f"{flat.size} elements.")
-    item = flat.itemsize
-    return _as_strided(flat[p.offset:], shape=p.shape,
-                       strides=tuple(s * item for s in p.strides), writeable=False)
+def as_strided_kernel(as_strided):
+    """The AsStrided kernel over ``as_strided(flat, shape, strides)`` (NumPy's, read-only,
+    or CuPy's): a strided view of the input's elements in C order."""
+    def kernel(p, ins):
+        x = ins[0]
+        if 0 in p.shape:
+            return np.empty_like(x, shape=p.shape)
+        flat = x.reshape(-1)  # C order: a view when contiguous, else a copy
+        if not (0 <= p.offset < flat.size):
+            raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array "
+                                       f"of {flat.size} elements.")
+        item = flat.itemsize
+        return as_strided(flat[p.offset:], p.shape, tuple(s * item for s in p.strides))
+    return kernel
 
 
 def _view(p, ins):
@@ -112,7 +115,8 @@ KERNELS = {
     sh.Pad: _pad,
     sh.DynamicSlice: _dynamic_slice,
     sh.DynamicSliceUpdate: _dynamic_slice_update,
-    sh.AsStrided: _as_strided_kernel,
+    sh.AsStrided: as_strided_kernel(
+        lambda a, shape, strides: _as_strided(a, shape=shape, strides=strides, writeable=False)),
     sh.View: _view,
     sh.Contiguous: _contiguous,
     sh.Diagonal: lambda p, ins: np.diagonal(ins[0], p.offset, p.axis1, p.axis2),
