@@ -11,16 +11,18 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from typing import Literal
 
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, DtypeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.examples import example, uniform
-from lazyx.transforms.rules import batch_first, sum_to_shape
+from lazyx.memory import check_allocation, physical_memory
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import FixedShape, Primitive, Shape, Size
+from lazyx.examples import example, uniform
+from lazyx.rules import batch_first, sum_to_shape
 
 import lazyx.core as mx
 
@@ -36,6 +38,7 @@ class Creation(Primitive):
     """
 
     __slots__ = ()
+    arity = 0
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [None] * len(argnums)
@@ -47,10 +50,13 @@ class Creation(Primitive):
         return [lazy(self.output_shapes(())[0], self.dtype, self, ())], [None]
 
 
-class Fill(Creation):
+class Fill(FixedShape, Creation):
     """An array of ``shape`` and ``dtype`` with every element ``value`` (a Python scalar)."""
 
     __slots__ = ("shape", "dtype", "value")
+    shape: Shape
+    dtype: dt.Dtype
+    value: bool | int | float | complex
 
     def __init__(self, stream, shape, dtype, value):
         super().__init__(stream)
@@ -58,11 +64,8 @@ class Fill(Creation):
         self.dtype = dtype
         self.value = value
 
-    def output_shapes(self, inputs):
-        return [self.shape]
 
-
-class Full(Primitive):
+class Full(FixedShape):
     """Its one input broadcast to ``shape`` (the input already has the output dtype).
 
     Linear in the input: the cotangent is summed over the broadcast dimensions,
@@ -71,14 +74,13 @@ class Full(Primitive):
     """
 
     __slots__ = ("shape",)
+    shape: Shape
+    arity = 1
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, shape):
         super().__init__(stream)
         self.shape = shape
-
-    def output_shapes(self, inputs):
-        return [self.shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [sum_to_shape(cotangents[0], primals[0]._shape, self.stream)]
@@ -95,6 +97,10 @@ class Arange(Creation):
     """``start, start + step, ...`` up to ``stop`` (excluded), as ``dtype``."""
 
     __slots__ = ("start", "stop", "step", "dtype")
+    start: int | float
+    stop: int | float
+    step: int | float
+    dtype: dt.Dtype
 
     def __init__(self, stream, start, stop, step, dtype):
         super().__init__(stream)
@@ -111,6 +117,11 @@ class Linspace(Creation):
     """``num`` evenly spaced values from ``start`` to ``stop``."""
 
     __slots__ = ("start", "stop", "num", "endpoint", "dtype")
+    start: float
+    stop: float
+    num: Size
+    endpoint: bool
+    dtype: dt.Dtype
 
     def __init__(self, stream, start, stop, num, endpoint, dtype):
         super().__init__(stream)
@@ -128,6 +139,10 @@ class _Banded(Creation):
     """An ``n x m`` matrix described by a diagonal ``k``."""
 
     __slots__ = ("n", "m", "k", "dtype")
+    n: Size
+    m: Size
+    k: int
+    dtype: dt.Dtype
 
     def __init__(self, stream, n, m, k, dtype):
         super().__init__(stream)
@@ -156,6 +171,8 @@ class Window(Creation):
     """A float32 tapering window of ``m`` points; ``kind`` names it (``"hanning"`` ...)."""
 
     __slots__ = ("kind", "m")
+    kind: Literal["bartlett", "blackman", "hamming", "hanning"]
+    m: Size
     dtype = dt.float32
 
     def __init__(self, stream, kind, m):
@@ -189,6 +206,18 @@ def _shape(shape, op: str) -> tuple[int, ...]:
     return dims
 
 
+_PHYSICAL = physical_memory()
+_prod = math.prod
+
+
+def _sized(shape: tuple, d: dt.Dtype, op: str) -> tuple:
+    """``shape``, after refusing at the call an array that no allocation could hold
+    (one multiplication; :func:`lazyx.memory.check_allocation` decides the rare rest)."""
+    if _prod(shape) * d.size > _PHYSICAL:
+        check_allocation(shape, d, op)
+    return shape
+
+
 def _dtype(dtype, default):
     return default if dtype is None else dt.to_dtype(dtype)
 
@@ -216,7 +245,7 @@ def zeros(shape, dtype=dt.float32, *, stream=None) -> array:
         dtype: the element type (float32 when None).
     """
     d = _dtype(dtype, dt.float32)
-    shape = _shape(shape, "zeros")
+    shape = _sized(_shape(shape, "zeros"), d, "zeros")
     return lazy(shape, d, Fill(to_stream(stream), shape, d, 0), ())
 
 
@@ -228,14 +257,14 @@ def ones(shape, dtype=dt.float32, *, stream=None) -> array:
         dtype: the element type (float32 when None).
     """
     d = _dtype(dtype, dt.float32)
-    shape = _shape(shape, "ones")
+    shape = _sized(_shape(shape, "ones"), d, "ones")
     return lazy(shape, d, Fill(to_stream(stream), shape, d, 1), ())
 
 
 def empty(shape, dtype=dt.float32, *, stream=None) -> array:
     """An array whose values do not matter; like MLX, lazyx fills it with zeros."""
     d = _dtype(dtype, dt.float32)
-    shape = _shape(shape, "empty")
+    shape = _sized(_shape(shape, "empty"), d, "empty")
     return lazy(shape, d, Fill(to_stream(stream), shape, d, 0), ())
 
 
@@ -252,6 +281,7 @@ def _full(shape, vals, d, stream, op):
         d = v._dtype
     if v._shape != shape and broadcast_shapes(v._shape, shape) != shape:
         raise ShapeError(f"[{op}] vals of shape {v._shape} cannot be broadcast to shape {shape}.")
+    _sized(shape, d, op)
     return lazy(shape, d, Full(to_stream(stream), shape), (v,))
 
 
@@ -366,7 +396,7 @@ def arange(start=None, stop=None, step=None, dtype=None, *, stream=None) -> arra
     if not all(math.isfinite(v) for v in (start, stop, step)):
         raise ArgumentError(f"[arange] Cannot compute the length of arange({start}, {stop}, {step}).")
     n = _arange_length(start, stop, step)
-    return lazy((n,), d, Arange(to_stream(stream), start, stop, step, d), ())
+    return lazy(_sized((n,), d, "arange"), d, Arange(to_stream(stream), start, stop, step, d), ())
 
 
 def linspace(start, stop, num=50, endpoint: bool = True, dtype=dt.float32, *,
@@ -389,7 +419,7 @@ def linspace(start, stop, num=50, endpoint: bool = True, dtype=dt.float32, *,
     except (TypeError, ValueError):
         raise DtypeError(f"[linspace] start and stop must be real numbers, got {start!r} "
                          f"and {stop!r}.") from None
-    return lazy((num,), d, Linspace(to_stream(stream), start, stop, num, bool(endpoint), d), ())
+    return lazy(_sized((num,), d, "linspace"), d, Linspace(to_stream(stream), start, stop, num, bool(endpoint), d), ())
 
 
 # -- matrices ----------------------------------------------------------------
@@ -406,7 +436,7 @@ def eye(n: int, m: int | None = None, k: int = 0, dtype=dt.float32, *, stream=No
     m = n if m is None else _size(m, "m", "eye")
     k = _int(k, "k", "eye")
     d = _dtype(dtype, dt.float32)
-    return lazy((n, m), d, Eye(to_stream(stream), n, m, k, d), ())
+    return lazy(_sized((n, m), d, "eye"), d, Eye(to_stream(stream), n, m, k, d), ())
 
 
 def identity(n: int, dtype=dt.float32, *, stream=None) -> array:
@@ -427,7 +457,7 @@ def tri(n: int, m: int | None = None, k: int = 0, dtype=None, *, stream=None) ->
     m = n if m is None else _size(m, "m", "tri")
     k = _int(k, "k", "tri")
     d = _dtype(dtype, dt.float32)
-    return lazy((n, m), d, Tri(to_stream(stream), n, m, k, d), ())
+    return lazy(_sized((n, m), d, "tri"), d, Tri(to_stream(stream), n, m, k, d), ())
 
 
 def _triangle(x, k, op, stream):
@@ -529,14 +559,7 @@ OPS = {f.__name__: f for f in (
     eye, identity, tri, tril, triu, meshgrid, bartlett, blackman, hamming, hanning)}
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 # -- examples for the registry-wide transform test -------------------------------

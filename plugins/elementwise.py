@@ -19,8 +19,8 @@ The derivatives of tanh, sigmoid, sin, cos and square (and ``x * x``) have
 a fused form, a :class:`DerivativeProduct` primitive that computes ``g * f'(z)``
 in one node (one per op of a backward pass instead of two or three).
 Piecewise-constant and integer- or bool-valued primitives take the
-:class:`~lazyx.transforms.rules.NoGradient` mixin. The shared moves
-(``sum_to_shape``, ``align_batched`` ...) come from :mod:`lazyx.transforms.rules`.
+:class:`~lazyx.rules.NoGradient` mixin. The shared moves
+(``sum_to_shape``, ``align_batched`` ...) come from :mod:`lazyx.rules`.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.codegen import ir
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, DtypeError, TransformError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.examples import booleans, example, integers, uniform
-from lazyx.transforms.rules import (NoGradient, add_tangents, align_batched,
+from lazyx.errors import ArgumentError, DtypeError, LazyxError, TransformError, at_op
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Primitive, SameShape
+from lazyx.examples import booleans, example, integers, uniform
+from lazyx.rules import (NoGradient, add_tangents, align_batched,
                                    broadcast_to_shape, sum_to_shape)
 
 import lazyx.core as mx
@@ -69,7 +69,7 @@ def _cotangent(g, d):
 
 
 # -- primitive families ------------------------------------------------------
-class Unary(Primitive):
+class Unary(SameShape):
     """An element-wise primitive of one input; the output has the input's shape.
 
     A subclass gives its derivative (``derivative(x, y)``: ``f'(x)`` from the
@@ -79,6 +79,7 @@ class Unary(Primitive):
     """
 
     __slots__ = ()
+    arity = 1
     #: The op function that adds a node of this primitive (set with the op).
     _op = None
     #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
@@ -93,9 +94,6 @@ class Unary(Primitive):
     def to_expression(self, args):
         """This operation in the codegen IR, or None where it cannot be fused."""
         return ir.maybe_apply(self.expression, args)
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def derivative(self, x, y):
         raise TransformError(f"[{self.name}] has no derivative: implement derivative(x, y) "
@@ -138,10 +136,11 @@ class Binary(Primitive):
     output with respect to input ``i``; ``y`` is the output in reverse mode, else
     None). The base sums each cotangent back over the dimensions its operand was
     broadcast along, adds the tangents, and batches by aligning the operands'
-    batch axes (:func:`~lazyx.transforms.rules.align_batched`).
+    batch axes (:func:`~lazyx.rules.align_batched`).
     """
 
     __slots__ = ()
+    arity = 2
     _op = None
     #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
     #: fusible by ``compile``. Subclasses name theirs in one line.
@@ -202,6 +201,7 @@ class Ternary(Primitive):
     """An element-wise primitive of three inputs that broadcast."""
 
     __slots__ = ()
+    arity = 3
     #: The codegen IR op this primitive is (``lazyx.codegen.ir.OPS``): what makes it
     #: fusible by ``compile``. Subclasses name theirs in one line.
     expression = None
@@ -341,6 +341,7 @@ class SquareGrad(DerivativeProduct):
 # -- unary primitives --------------------------------------------------------
 class AsType(Unary):
     __slots__ = ("dtype",)
+    dtype: dt.Dtype
 
     def is_noop(self, inputs):
         return inputs[0].dtype is self.dtype
@@ -590,6 +591,7 @@ class Trunc(Piecewise):
 
 class Round(Piecewise):
     __slots__ = ("decimals",)
+    decimals: int
 
     def __init__(self, stream, decimals):
         super().__init__(stream)
@@ -677,6 +679,9 @@ class NanToNum(Unary):
     """Replace NaN by ``nan``, +inf by ``posinf``, -inf by ``neginf`` (floats, resolved)."""
 
     __slots__ = ("nan", "posinf", "neginf")
+    nan: float
+    posinf: float
+    neginf: float
 
     def __init__(self, stream, nan, posinf, neginf):
         super().__init__(stream)
@@ -1009,6 +1014,9 @@ class RightShift(Comparison):
 
 class IsClose(Comparison):
     __slots__ = ("rtol", "atol", "equal_nan")
+    rtol: float
+    atol: float
+    equal_nan: bool
 
     def __init__(self, stream, rtol, atol, equal_nan):
         super().__init__(stream)
@@ -1039,6 +1047,9 @@ class IsClose(Comparison):
 
 class AllClose(BinaryAll):
     __slots__ = ("rtol", "atol", "equal_nan")
+    rtol: float
+    atol: float
+    equal_nan: bool
 
     def __init__(self, stream, rtol, atol, equal_nan):
         super().__init__(stream)
@@ -1055,6 +1066,7 @@ class ArrayEqual(BinaryAll):
     """Whether two arrays of one shape hold equal values."""
 
     __slots__ = ("equal_nan",)
+    equal_nan: bool
 
     def __init__(self, stream, equal_nan):
         super().__init__(stream)
@@ -1137,7 +1149,10 @@ def _unary(cls, name, rule, doc):
 
     def op(a, /, *, stream=None) -> array:
         if type(a) is not _array:
-            a = _input(a)
+            try:
+                a = _input(a)
+            except LazyxError as e:
+                raise at_op(e, name)
         r = table[a._dtype]
         if type(r) is tuple:
             c, o = r
@@ -1173,16 +1188,20 @@ def _binary(cls, name, rule, doc):
     _lazy, _ts, _bo = lazy, to_stream, binary_operands
 
     def op(a, b, /, *, stream=None) -> array:
-        a, b, d = _bo(a, b, stream)
-        r = table[d]
-        if type(r) is not tuple:
-            raise DtypeError(r)
-        c, o = r
-        if c is not None:
-            a = _cast_operand(a, c, stream)
-            b = _cast_operand(b, c, stream)
-        sa, sb = a._shape, b._shape
-        return _lazy(sa if sa == sb else broadcast_shapes(sa, sb), o, cls(_ts(stream)), (a, b))
+        try:
+            a, b, d = _bo(a, b, stream)
+            r = table[d]
+            if type(r) is not tuple:
+                raise DtypeError(r)
+            c, o = r
+            if c is not None:
+                a = _cast_operand(a, c, stream)
+                b = _cast_operand(b, c, stream)
+            sa, sb = a._shape, b._shape
+            shape = sa if sa == sb else broadcast_shapes(sa, sb)
+        except LazyxError as e:  # free unless raised: the shared helpers name no op
+            raise at_op(e, name)
+        return _lazy(shape, o, cls(_ts(stream)), (a, b))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     cls._op = staticmethod(op)
@@ -1483,10 +1502,10 @@ def divmod(a, b, /, *, stream=None) -> list[array]:
     Returns:
         a list of two arrays of the broadcast shape and the promoted dtype.
     """
-    a, b, d = binary_operands(a, b, stream)
+    a, b, d = binary_operands(a, b, stream, "divmod")
     if type(_divmod_table[d]) is not tuple:
         raise DtypeError(_divmod_table[d])
-    shape = broadcast_shapes(a._shape, b._shape)
+    shape = broadcast_shapes(a._shape, b._shape, op="divmod")
     return lazy_multi((shape, shape), (d, d), DivMod(to_stream(stream)), (a, b))
 
 
@@ -1509,8 +1528,8 @@ def isclose(a, b, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: boo
         a bool array of the broadcast shape.
     """
     r, t, n = _tolerances("isclose", rtol, atol, equal_nan)
-    a, b, _ = binary_operands(a, b, stream)
-    shape = broadcast_shapes(a._shape, b._shape)
+    a, b, _ = binary_operands(a, b, stream, "isclose")
+    shape = broadcast_shapes(a._shape, b._shape, op="isclose")
     return lazy(shape, dt.bool_, IsClose(to_stream(stream), r, t, n), (a, b))
 
 
@@ -1522,8 +1541,8 @@ def allclose(a, b, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bo
         a 0-d bool array.
     """
     r, t, n = _tolerances("allclose", rtol, atol, equal_nan)
-    a, b, _ = binary_operands(a, b, stream)
-    broadcast_shapes(a._shape, b._shape)
+    a, b, _ = binary_operands(a, b, stream, "allclose")
+    broadcast_shapes(a._shape, b._shape, op="allclose")
     return lazy((), dt.bool_, AllClose(to_stream(stream), r, t, n), (a, b))
 
 
@@ -1535,7 +1554,7 @@ def array_equal(a, b, /, *, equal_nan: bool = False, stream=None) -> array:
     Returns:
         a 0-d bool array.
     """
-    a, b, _ = binary_operands(a, b, stream)
+    a, b, _ = binary_operands(a, b, stream, "array_equal")
     if a._shape != b._shape:
         return array(False)
     return lazy((), dt.bool_, ArrayEqual(to_stream(stream), bool(equal_nan)), (a, b))
@@ -1553,8 +1572,8 @@ def where(condition, x, y, /, *, stream=None) -> array:
     c = as_array(condition)
     if c._dtype is not dt.bool_:
         c = _cast_operand(c, dt.bool_, stream)
-    x, y, d = binary_operands(x, y, stream)
-    shape = broadcast_shapes(c._shape, x._shape, y._shape)
+    x, y, d = binary_operands(x, y, stream, "where")
+    shape = broadcast_shapes(c._shape, x._shape, y._shape, op="where")
     return lazy(shape, d, Select(to_stream(stream)), (c, x, y))
 
 
@@ -1684,14 +1703,7 @@ OPS["array.imag"] = property(imag, doc="The imaginary part of the array.")
 OPS.update(_operator_entries())
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 # -- examples for the registry-wide transform test -------------------------------

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import operator
 import sys
+from typing import Literal
 
 import numpy as np
 
@@ -45,10 +46,12 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
 from lazyx.array import _become, array, from_buffer, lazy
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.rules import add_batch_axis, batch_first, move_batch_axis, sum_to_shape
+from lazyx.errors import (ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, LazyxError,
+                          ShapeError, at_op)
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Axis, Primitive, SameShape, Size
+from lazyx.rules import add_batch_axis, batch_first, move_batch_axis, sum_to_shape
+from lazyx.examples import example, integers, uniform
 
 _int = int
 _index = operator.index
@@ -56,6 +59,9 @@ _getrefcount = sys.getrefcount
 _new_array = array.__new__
 _PY_SCALARS = (bool, int, float, complex)
 _FULL = slice(None)
+#: One entry of a Gather's or Scatter's index (the module docstring says what each means).
+IndexEntry = (tuple[Literal["slice"], int, int, int] | tuple[Literal["int"], Size]
+              | tuple[Literal["new"]] | tuple[Literal["array"], Size])
 
 
 # -- entries --------------------------------------------------------------------
@@ -138,6 +144,9 @@ class _Strided(Primitive):
     (``-1`` where a negative stride runs through index 0) and ``strides``."""
 
     __slots__ = ("start_indices", "end_indices", "strides", "_key")
+    start_indices: tuple[int, ...]
+    end_indices: tuple[int, ...]
+    strides: tuple[int, ...]
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, start_indices: tuple, end_indices: tuple, strides: tuple):
@@ -160,6 +169,7 @@ class Slice(_Strided):
     """``a[start:end:stride]`` along every axis (a view)."""
 
     __slots__ = ()
+    arity = 1
 
     def output_shapes(self, inputs):
         return [tuple(len(range(b, e, s)) for b, e, s in
@@ -178,14 +188,12 @@ class Slice(_Strided):
         return [_apply(Slice(self.stream, *self._batched(b, x._shape[b])), x)], [b]
 
 
-class SliceUpdate(_Strided):
+class SliceUpdate(SameShape, _Strided):
     """``a`` with ``a[start:end:stride]`` replaced by the update (second input), which
     broadcasts to the slice."""
 
     __slots__ = ()
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
+    arity = 2
 
     def vjp(self, primals, cotangents, argnums, outputs):
         v, g = primals[1], cotangents[0]
@@ -224,6 +232,7 @@ class Gather(Primitive):
     docstring) name the index arrays by input position."""
 
     __slots__ = ("entries", "_template", "_places", "_take_axis", "_take_rest")
+    entries: tuple[IndexEntry, ...]
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, entries: tuple):
@@ -281,7 +290,7 @@ def _gather_plan(entries: tuple) -> tuple:
     return plan
 
 
-class Scatter(Primitive):
+class Scatter(SameShape):
     """``a`` updated at ``a[index]`` (NumPy's indexing rules) with the update (second
     input). ``reduce`` is ``None`` (assign; with repeated positions one write wins) or
     ``"add" "prod" "max" "min"``, which combine repeated positions (``np.add.at``).
@@ -294,15 +303,14 @@ class Scatter(Primitive):
     """
 
     __slots__ = ("entries", "reduce", "_template", "_places")
+    entries: tuple[IndexEntry, ...]
+    reduce: Literal["add", "prod", "max", "min"] | None
 
     def __init__(self, stream, entries: tuple, reduce):
         super().__init__(stream)
         self.entries = entries
         self.reduce = reduce
         self._template, self._places = _key_template(entries)
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     # -- the pieces the rules are made of --
     def _scatter(self, a, v, idx, reduce) -> array:
@@ -447,6 +455,7 @@ class GatherAxis(Primitive):
     input, same dimension as ``a``) along ``axis``; other axes broadcast."""
 
     __slots__ = ("axis",)
+    axis: Axis
 
     def __init__(self, stream, axis: int):
         super().__init__(stream)
@@ -480,20 +489,18 @@ class GatherAxis(Primitive):
         return [_apply(GatherAxis(s, self.axis + 1), a, idx)], [0]
 
 
-class ScatterAxis(Primitive):
+class ScatterAxis(SameShape):
     """``put_along_axis``: ``a`` with the values (third input) written at the positions
     of ``indices`` (second input) along ``axis``; indices and values broadcast together
     and with ``a``'s other axes. With repeated positions one write wins, and only it
     gets a cotangent."""
 
     __slots__ = ("axis",)
+    axis: Axis
 
     def __init__(self, stream, axis: int):
         super().__init__(stream)
         self.axis = axis
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def _full(self, a, idx, v) -> tuple:
         """The shape indices and values are broadcast to (as the kernel does)."""
@@ -689,8 +696,32 @@ def _along_key(idx: array, axis: int, shape: tuple, stream) -> tuple:
 
 
 # -- parsing an index --------------------------------------------------------------
-def _out_of_bounds(k, axis: int, n: int) -> IndexOutOfRangeError:
-    return IndexOutOfRangeError(f"Index {k} is out of bounds for axis {axis} with size {n}.")
+# The parsing helpers name the index and the shapes; the op the user called
+# (``__getitem__``, ``take``, ``at.add``...) is added where they are called, by
+# :func:`lazyx.errors.at_op` in an ``except`` clause that costs nothing until it raises.
+def _out_of_bounds(k, axis: int, shape: tuple) -> IndexOutOfRangeError:
+    return IndexOutOfRangeError(f"Index {k} is out of bounds for axis {axis} with size "
+                                f"{shape[axis]} (array shape {shape}).")
+
+
+def _bad_slice(k: slice, axis: int, shape: tuple) -> LazyxError:
+    """``slice.indices``' ValueError (a zero step) or TypeError (a non-integer bound)."""
+    if k.step is not None and not isinstance(k.step, (bool, np.bool_)):
+        try:
+            zero = _index(k.step) == 0
+        except TypeError:
+            zero = False
+        if zero:
+            return ArgumentError(f"Slice step cannot be zero: {k!r} on axis {axis} of an array "
+                                 f"of shape {shape}.")
+    return DtypeError(f"Slice bounds must be integers or None: got {k!r} on axis {axis} of "
+                      f"an array of shape {shape}.")
+
+
+def _empty_axis(size: int, axis: int, shape: tuple) -> IndexOutOfRangeError:
+    return IndexOutOfRangeError(f"Cannot index axis {axis} of size 0 (array shape {shape}) "
+                                f"with an index array of {size} elements: every index is "
+                                f"out of bounds.")
 
 
 def _bad_type(k) -> Exception:
@@ -701,8 +732,9 @@ def _bad_type(k) -> Exception:
                       f"ints, slices, None, ..., or integer arrays.")
 
 
-def _host_index(k, n: int, axis: int) -> array:
+def _host_index(k, shape: tuple, axis: int) -> array:
     """A list or NumPy index as an evaluated integer array, checked against the axis."""
+    n = shape[axis]
     try:
         x = np.asarray(k)
     except (ValueError, TypeError):
@@ -718,7 +750,7 @@ def _host_index(k, n: int, axis: int) -> array:
                              f"{type(k).__name__}.")
     if x.size and (x.min() < -n or x.max() >= n):
         bad = x[(x < -n) | (x >= n)].reshape(-1)[0]
-        raise _out_of_bounds(bad, axis, n)
+        raise _out_of_bounds(bad, axis, shape)
     return from_buffer(np.array(x, copy=True))
 
 
@@ -752,7 +784,10 @@ def _parse(shape: tuple, key, first: int):
         tk = type(k)
         if tk is slice:
             n = shape[ax]
-            b, e, s = k.indices(n)
+            try:
+                b, e, s = k.indices(n)
+            except (ValueError, TypeError):
+                raise _bad_slice(k, ax, shape) from None
             if not len(range(b, e, s)):
                 b, e, s = 0, 0, 1  # an empty slice; a negative start would mean the end
             entries.append(("slice", b, e, s))
@@ -762,7 +797,7 @@ def _parse(shape: tuple, key, first: int):
             k = _int(k)
             j = k + n if k < 0 else k
             if j < 0 or j >= n:
-                raise _out_of_bounds(k, ax, n)
+                raise _out_of_bounds(k, ax, shape)
             entries.append(("int", j))
             ax += 1
         elif k is None:
@@ -777,11 +812,13 @@ def _parse(shape: tuple, key, first: int):
                     raise _bad_type(k)
                 raise DtypeError(f"Indices must be integers, got an array of dtype "
                                  f"{k._dtype.name}.")
+            if shape[ax] == 0 and 0 not in k._shape:
+                raise _empty_axis(k.size, ax, shape)
             arrays.append(k)
             entries.append(("array", len(arrays) + first - 1))
             ax += 1
         elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(k, np.bool_):
-            arrays.append(_host_index(k, shape[ax], ax))
+            arrays.append(_host_index(k, shape, ax))
             entries.append(("array", len(arrays) + first - 1))
             ax += 1
         else:
@@ -844,7 +881,10 @@ def _basic(shape: tuple, key):
             if ax >= nd:
                 return None
             n = shape[ax]
-            b, e, st = k.indices(n)
+            try:
+                b, e, st = k.indices(n)
+            except (ValueError, TypeError):
+                raise _bad_slice(k, ax, shape) from None
             m = len(range(b, e, st))
             if m == 0:
                 b = e = 0
@@ -864,7 +904,7 @@ def _basic(shape: tuple, key):
             n = shape[ax]
             j = k + n if k < 0 else k
             if j < 0 or j >= n:
-                raise _out_of_bounds(k, ax, n)
+                raise _out_of_bounds(k, ax, shape)
             starts.append(j)
             ends.append(j + 1)
             strides.append(1)
@@ -926,15 +966,16 @@ def _basic_parts(shape: tuple, entries: tuple):
 _TAKE_ENTRIES: dict = {}
 
 
-def _getitem(self, key) -> array:
-    """``self[key]``: basic indexing gives a view, integer arrays a gather (NumPy's rules)."""
+def _getitem(self, key, _op: str = "__getitem__") -> array:
+    """``self[key]``: basic indexing gives a view, integer arrays a gather (NumPy's rules).
+    Errors name ``_op`` (``take`` passes its own name)."""
     shape = self._shape
     if type(key) is _int and shape:
         # A row, the commonest index (iteration): a one-row Slice, reshaped.
         n = shape[0]
         j = key + n if key < 0 else key
         if j < 0 or j >= n:
-            raise _out_of_bounds(key, 0, n)
+            raise at_op(_out_of_bounds(key, 0, shape), _op)
         rest = shape[1:]
         zeros = (0,) * len(rest)
         x = lazy((1,) + rest, self._dtype,
@@ -943,6 +984,8 @@ def _getitem(self, key) -> array:
         return mx.reshape(x, rest)
     if type(key) is array and key._dtype.kind in "iu" and shape:
         # One index array on the first axis (an embedding lookup): a take.
+        if not shape[0] and 0 not in key._shape:
+            raise at_op(_empty_axis(key.size, 0, shape), _op)
         entries = _TAKE_ENTRIES.get(shape)
         if entries is None:
             entries = _TAKE_ENTRIES[shape] = (("array", 1),) + tuple(
@@ -951,14 +994,17 @@ def _getitem(self, key) -> array:
                 _TAKE_ENTRIES.clear()
         return lazy(key._shape + shape[1:], self._dtype, Gather(to_stream(None), entries),
                     (self, key))
-    parts = _basic(shape, key)
-    if parts is None:
-        entries, arrays = _parse(shape, key, 1)
-        if arrays:
-            ins = (self,) + tuple(arrays)
-            out_shape = _indexed_shape(entries, [x._shape for x in ins])
-            return lazy(out_shape, self._dtype, Gather(to_stream(None), entries), ins)
-        parts = _basic_parts(shape, entries)
+    try:
+        parts = _basic(shape, key)
+        if parts is None:
+            entries, arrays = _parse(shape, key, 1)
+            if arrays:
+                ins = (self,) + tuple(arrays)
+                out_shape = _indexed_shape(entries, [x._shape for x in ins])
+                return lazy(out_shape, self._dtype, Gather(to_stream(None), entries), ins)
+            parts = _basic_parts(shape, entries)
+    except LazyxError as e:
+        raise at_op(e, _op)
     starts, ends, strides, sliced, result, full = parts
     x = self
     if not full:
@@ -1049,7 +1095,10 @@ def _setitem(self, key, value) -> None:
     # of a multi-output node); the update is built on it.
     old = _new_array(array)
     _become(old, self)
-    new = _scatter(old, key, value, None)
+    try:
+        new = _scatter(old, key, value, None)
+    except LazyxError as e:
+        raise at_op(e, "__setitem__")
     # Nodes that read ``self`` must keep reading the previous value. Only when something
     # besides this statement holds ``self`` can there be any: first those of the update's
     # own graph (``a[0] = a[1]``), found by a walk; then any other consumer.
@@ -1145,8 +1194,11 @@ class ArrayAt:
 
     def _apply(self, value, reduce, transform=None):
         if self._key is None:
-            raise ArgumentError("Index the updater first: a.at[index].add(value).")
-        return _scatter(self._array, self._key, value, reduce, transform)
+            raise ArgumentError("[at] Index the updater first: a.at[index].add(value).")
+        try:
+            return _scatter(self._array, self._key, value, reduce, transform)
+        except LazyxError as e:
+            raise at_op(e, "at")
 
     def add(self, value) -> array:
         """``a`` with ``value`` added at the index (repeated positions accumulate)."""
@@ -1218,18 +1270,18 @@ def take(a, /, indices, axis=None, *, stream=None) -> array:
     elif isinstance(indices, (list, tuple, np.ndarray)):
         key += (indices,)
     else:
-        raise _bad_type(indices)
+        raise at_op(_bad_type(indices), "take")
     if stream is None:
-        return _getitem(a, key)
+        return _getitem(a, key, "take")
     with mx.stream(stream):
-        return _getitem(a, key)
+        return _getitem(a, key, "take")
 
 
-def _along_indices(indices) -> array:
+def _along_indices(indices, op: str) -> array:
     x = indices if isinstance(indices, array) else as_array(indices)
     if x._dtype.kind not in "iu":
-        raise _bad_type(x) if x._dtype is dt.bool_ else DtypeError(
-            f"Indices must be integers, got dtype {x._dtype.name}.")
+        raise at_op(_bad_type(x) if x._dtype is dt.bool_ else DtypeError(
+            f"Indices must be integers, got dtype {x._dtype.name} (shape {x._shape})."), op)
     return x
 
 
@@ -1247,7 +1299,7 @@ def take_along_axis(a, /, indices, axis=-1, *, stream=None) -> array:
         array: The values.
     """
     a = a if type(a) is array else as_array(a)
-    idx = _along_indices(indices)
+    idx = _along_indices(indices, "take_along_axis")
     if axis is None:
         a = mx.reshape(a, (-1,), stream=stream)
         ax = 0
@@ -1274,7 +1326,7 @@ def put_along_axis(a, /, indices, values, axis=None, *, stream=None) -> array:
         array: A new array with ``a``'s shape and the values written.
     """
     a = a if type(a) is array else as_array(a)
-    idx = _along_indices(indices)
+    idx = _along_indices(indices, "put_along_axis")
     v = cast(values if isinstance(values, array) else as_array(values), a._dtype, stream)
     if axis is None:
         out = put_along_axis(mx.reshape(a, (-1,), stream=stream), idx, v, 0, stream=stream)
@@ -1300,14 +1352,7 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 # -- examples for the registry-wide transform test -------------------------------------
@@ -1319,7 +1364,6 @@ def _assigned(a, key, v):
 
 @hookimpl
 def lazyx_examples():
-    from lazyx.transforms.examples import example, integers, uniform
 
     x = uniform((4, 3))
     rows = np.array([0, 2, 0], np.int32)  # a repeated position

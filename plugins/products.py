@@ -23,10 +23,10 @@ from lazyx.arguments import as_array, broadcast_shapes, cast, normalize_axes, no
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
 from lazyx.errors import AxisError, DtypeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.examples import example, uniform
-from lazyx.transforms.rules import add_tangents, batch_first, batched_axes, sum_to_shape
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Axes, Primitive, SameShape
+from lazyx.examples import example, uniform
+from lazyx.rules import add_tangents, batch_first, batched_axes, sum_to_shape
 
 _PROMOTE = dt._PROMOTE
 
@@ -190,6 +190,8 @@ class AddMM(Primitive):
     """``alpha * (a @ b) + beta * c``; inputs are ``(c, a, b)``."""
 
     __slots__ = ("alpha", "beta")
+    alpha: float
+    beta: float
 
     def __init__(self, stream, alpha: float, beta: float):
         super().__init__(stream)
@@ -260,21 +262,20 @@ class AddMM(Primitive):
         return [_drop_vector_dims(out, vec_a, vec_b, s)], [0]
 
 
-class Softmax(Primitive):
+class Softmax(SameShape):
     """``exp(x - max) / sum(exp(x - max))`` over ``axes``; same shape and dtype as ``x``.
 
     ``precise`` asks a kernel for half-precision inputs to accumulate in float32.
     """
 
     __slots__ = ("axes", "precise")
+    axes: Axes
+    precise: bool
 
     def __init__(self, stream, axes: tuple[int, ...], precise: bool):
         super().__init__(stream)
         self.axes = axes
         self.precise = precise
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def _backward(self, y: array, v: array) -> array:
         """The Jacobian of softmax at output ``y`` applied to ``v``: ``y * (v - sum(v * y))``.
@@ -378,7 +379,7 @@ def softmax(a, /, axis=None, *, precise: bool = False, stream=None) -> array:
         array: the softmax of ``a``, with ``a``'s shape.
     """
     a = a if type(a) is array else as_array(a)
-    axes = normalize_axes(axis, len(a._shape))
+    axes = normalize_axes(axis, len(a._shape), "[softmax] axis")
     if a._dtype.kind in "biu":
         a = cast(a, dt.float32, stream)
     return lazy(a._shape, a._dtype, Softmax(to_stream(stream), axes, bool(precise)), (a,))
@@ -444,8 +445,8 @@ def tensordot(a, b, /, axes=2, *, stream=None) -> array:
         if len(axes[0]) != len(axes[1]):
             raise AxisError(f"[tensordot] The two lists of axes must have the same length, "
                             f"got {axes!r}.")
-        axes_a = [normalize_axis(i, na, "axis of a") for i in axes[0]]
-        axes_b = [normalize_axis(j, nb, "axis of b") for j in axes[1]]
+        axes_a = [normalize_axis(i, na, "[tensordot] axis of a") for i in axes[0]]
+        axes_b = [normalize_axis(j, nb, "[tensordot] axis of b") for j in axes[1]]
         if len(set(axes_a)) != len(axes_a) or len(set(axes_b)) != len(axes_b):
             raise AxisError(f"[tensordot] Repeated axis in {axes!r}.")
     else:
@@ -541,14 +542,7 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 @hookimpl

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import operator
 import time
+from typing import Literal
 
 import numpy as np
 
@@ -39,10 +40,10 @@ from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normaliz
 from lazyx.array import array, from_buffer, lazy
 from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError, TransformError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms import examples as _ex
-from lazyx.transforms.rules import NoGradient, add_batch_axis, batch_first, batch_size
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Primitive, SameShape, Shape
+from lazyx import examples as _ex
+from lazyx.rules import NoGradient, add_batch_axis, batch_first, batch_size
 
 _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1
@@ -73,6 +74,9 @@ class RandomBits(NoGradient, Primitive):
     """
 
     __slots__ = ("shape", "width")
+    shape: Shape
+    width: Literal[tuple(_UINT)]
+    arity = 1
 
     #: Threefry-2x32 rotation constants, for the even and the odd groups of 4 rounds.
     ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -105,7 +109,7 @@ def _batched_matrices(inputs, axes, stream) -> list:
             for x, ax in zip(inputs, axes)]
 
 
-class MatrixSqrt(Primitive):
+class MatrixSqrt(SameShape):
     """``U @ diag(sqrt(S)) @ Vt`` from the SVD of each matrix in ``(..., n, n)``.
 
     For a covariance (symmetric positive semi-definite) matrix this is its
@@ -117,9 +121,6 @@ class MatrixSqrt(Primitive):
     """
 
     __slots__ = ()
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         # The derivative is self-adjoint, so the vjp applies it to the cotangent.
@@ -138,7 +139,7 @@ class MatrixSqrt(Primitive):
         return [lazy(c._shape, c._dtype, self, (c,))], [ax]
 
 
-class MatrixSqrtDerivative(Primitive):
+class MatrixSqrtDerivative(SameShape):
     """The derivative of :class:`MatrixSqrt` at ``c`` applied to ``t``; inputs ``(c, t)``.
 
     With ``c = U diag(s) Vt`` and ``p = U^T t V`` split into its symmetric
@@ -154,9 +155,6 @@ class MatrixSqrtDerivative(Primitive):
     """
 
     __slots__ = ()
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def _second_order(self, where: str):
         raise TransformError(
@@ -617,7 +615,7 @@ def categorical(logits, axis: int = -1, shape=None, num_samples=None, key=None,
     """
     logits = as_array(logits)
     nd = len(logits._shape)
-    ax = normalize_axis(axis, nd, "axis of logits")
+    ax = normalize_axis(axis, nd, "[categorical] axis of logits")
     reduced = logits._shape[:ax] + logits._shape[ax + 1:]
     if shape is not None and num_samples is not None:
         raise ShapeError("[categorical] At most one of shape or num_samples can be given.")
@@ -654,7 +652,7 @@ def permutation(x, axis: int = 0, key=None, stream=None) -> array:
         array: the ``uint32`` permutation, or the shuffled array.
     """
     if isinstance(x, array):
-        ax = normalize_axis(axis, len(x._shape), "axis")
+        ax = normalize_axis(axis, len(x._shape), "[permutation] axis")
         perm = permutation(x._shape[ax], key=key, stream=stream)
         return mx.take(x, perm, axis=ax, stream=stream)
     try:
@@ -724,14 +722,7 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 # -- examples for the registry-wide transform test -------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+from typing import Literal
 
 import lazyx.core as mx
 from lazyx import dtypes as dt
@@ -25,10 +26,10 @@ from lazyx.arguments import as_array, cast, normalize_axes, normalize_axis
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.examples import example, uniform
-from lazyx.transforms.rules import NoGradient, batch_first, batched_axes
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Axes, Axis, Primitive, SameShape
+from lazyx.examples import example, uniform
+from lazyx.rules import NoGradient, batch_first, batched_axes
 
 _float32 = dt.float32
 _bool = dt.bool_
@@ -107,11 +108,8 @@ class _OverAxes(Primitive):
     """A reduction over the sorted, non-negative ``axes`` (size-1 dims when ``keepdims``)."""
 
     __slots__ = ("axes", "keepdims")
-
-    def __init__(self, stream, axes: tuple, keepdims: bool):
-        self.stream = stream
-        self.axes = axes
-        self.keepdims = keepdims
+    axes: Axes
+    keepdims: bool
 
     def output_shapes(self, inputs):
         return [reduced_shape(inputs[0].shape, self.axes, self.keepdims)]
@@ -135,12 +133,12 @@ class Reduce(_OverAxes):
     """
 
     __slots__ = ("op",)
+    op: Literal["sum", "prod", "max", "min", "all", "any"]
 
+    # Positionally the op comes first (``Reduce(stream, "sum", axes, keepdims)``),
+    # before the slots it inherits.
     def __init__(self, stream, op: str, axes: tuple, keepdims: bool):
-        self.stream = stream
-        self.op = op
-        self.axes = axes
-        self.keepdims = keepdims
+        super().__init__(stream, axes, keepdims, op)
 
     # max/min: the gradient is shared equally among the elements equal to the
     # extremum (MLX's convention); all/any have none.
@@ -191,12 +189,9 @@ class ArgReduce(NoGradient, Primitive):
     """
 
     __slots__ = ("op", "axis", "keepdims")
-
-    def __init__(self, stream, op: str, axis, keepdims: bool):
-        self.stream = stream
-        self.op = op
-        self.axis = axis
-        self.keepdims = keepdims
+    op: Literal["argmax", "argmin"]
+    axis: Axis | None
+    keepdims: bool
 
     def output_shapes(self, inputs):
         shape = inputs[0].shape
@@ -286,7 +281,7 @@ class Median(_OverAxes):
         return mx.median(x, axes, keepdims=self.keepdims, stream=self.stream)
 
 
-class Scan(Primitive):
+class Scan(SameShape):
     """Cumulative ``op`` (``sum prod max min logaddexp``) along ``axis``.
 
     ``reverse`` scans from the end; ``inclusive=False`` shifts by one so element
@@ -297,16 +292,10 @@ class Scan(Primitive):
     """
 
     __slots__ = ("op", "axis", "reverse", "inclusive")
-
-    def __init__(self, stream, op: str, axis: int, reverse: bool, inclusive: bool):
-        self.stream = stream
-        self.op = op
-        self.axis = axis
-        self.reverse = reverse
-        self.inclusive = inclusive
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
+    op: Literal[tuple(_SCAN_FUNCTIONS)]
+    axis: Axis
+    reverse: bool
+    inclusive: bool
 
     def _inclusive(self, x, s):
         """The forward inclusive scan of ``x`` (already flipped when reversed)."""
@@ -881,14 +870,7 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 @hookimpl

@@ -35,10 +35,11 @@ from lazyx.arguments import as_array, broadcast_shapes as _broadcast_shapes, cas
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.rules import (add_batch_axis, add_tangents, batch_first, batched_axes,
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Axes, Axis, FixedShape, NewAxes, Primitive, SameShape, Shape, Size
+from lazyx.rules import (add_batch_axis, add_tangents, batch_first, batched_axes,
                                    move_batch_axis, sum_to_shape)
+from lazyx.examples import example, integers, uniform
 
 _int = int
 _index = operator.index
@@ -60,6 +61,7 @@ class _Reshaping(Primitive):
     the cotangent is reshaped back, and the tangent goes through the same primitive."""
 
     __slots__ = ()
+    arity = 1
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [mx.reshape(cotangents[0], primals[0]._shape, stream=self.stream)]
@@ -68,10 +70,11 @@ class _Reshaping(Primitive):
         return [_apply(self, tangents[0])]
 
 
-class Reshape(_Reshaping):
+class Reshape(FixedShape, _Reshaping):
     """``a`` with the same elements in row-major order and a new ``shape``."""
 
     __slots__ = ("shape",)
+    shape: Shape
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def is_noop(self, inputs):
@@ -80,9 +83,6 @@ class Reshape(_Reshaping):
     def __init__(self, stream, shape: tuple):
         super().__init__(stream)
         self.shape = shape
-
-    def output_shapes(self, inputs):
-        return [self.shape]
 
     def vmap(self, inputs, axes):
         x, b = inputs[0], axes[0]
@@ -100,6 +100,8 @@ class Flatten(_Reshaping):
     """Axes ``start_axis..end_axis`` (non-negative, inclusive) merged into one."""
 
     __slots__ = ("start_axis", "end_axis")
+    start_axis: int
+    end_axis: int
 
     def __init__(self, stream, start_axis: int, end_axis: int):
         super().__init__(stream)
@@ -125,6 +127,8 @@ class Unflatten(_Reshaping):
     """Axis ``axis`` split into the dimensions ``shape`` (their product is its size)."""
 
     __slots__ = ("axis", "shape")
+    axis: Axis
+    shape: Shape
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, axis: int, shape: tuple):
@@ -148,6 +152,7 @@ class Squeeze(_Reshaping):
     """``a`` without its size-1 axes ``axes`` (sorted, non-negative)."""
 
     __slots__ = ("axes",)
+    axes: Axes
 
     def __init__(self, stream, axes: tuple):
         super().__init__(stream)
@@ -167,6 +172,7 @@ class ExpandDims(_Reshaping):
     """``a`` with new size-1 axes at output positions ``axes`` (sorted, non-negative)."""
 
     __slots__ = ("axes",)
+    axes: NewAxes
 
     def __init__(self, stream, axes: tuple):
         super().__init__(stream)
@@ -190,6 +196,7 @@ class Transpose(Primitive):
     """``a`` with its axes permuted: output axis ``i`` is input axis ``axes[i]``."""
 
     __slots__ = ("axes",)
+    axes: Axes
 
     def is_noop(self, inputs):
         return self.axes == tuple(range(len(self.axes)))
@@ -217,10 +224,12 @@ class Transpose(Primitive):
         return [_apply(Transpose(self.stream, perm[:b] + (b,) + perm[b:]), inputs[0])], [b]
 
 
-class BroadcastTo(Primitive):
+class BroadcastTo(FixedShape):
     """``a`` broadcast to ``shape`` (NumPy's rules)."""
 
     __slots__ = ("shape",)
+    shape: Shape
+    arity = 1
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def is_noop(self, inputs):
@@ -229,9 +238,6 @@ class BroadcastTo(Primitive):
     def __init__(self, stream, shape: tuple):
         super().__init__(stream)
         self.shape = shape
-
-    def output_shapes(self, inputs):
-        return [self.shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [sum_to_shape(cotangents[0], primals[0]._shape, self.stream)]
@@ -251,6 +257,7 @@ class Concatenate(Primitive):
     """The inputs (one dtype, equal shapes but along ``axis``) joined along ``axis``."""
 
     __slots__ = ("axis",)
+    axis: Axis
 
     def __init__(self, stream, axis: int):
         super().__init__(stream)
@@ -291,6 +298,8 @@ class Split(Primitive):
     axis): one output per piece, as Python slicing gives them."""
 
     __slots__ = ("indices", "axis")
+    indices: tuple[int, ...]
+    axis: Axis
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, indices: tuple, axis: int):
@@ -339,6 +348,9 @@ class Pad(Primitive):
     ``high_pad_size[i]`` after along ``axes[i]``."""
 
     __slots__ = ("axes", "low_pad_size", "high_pad_size")
+    axes: Axes
+    low_pad_size: Shape
+    high_pad_size: Shape
 
     def __init__(self, stream, axes: tuple, low_pad_size: tuple, high_pad_size: tuple):
         super().__init__(stream)
@@ -399,6 +411,8 @@ class DynamicSlice(Primitive):
     input (an integer array, read at evaluation), 0 along the other axes."""
 
     __slots__ = ("axes", "slice_size")
+    axes: Axes
+    slice_size: Shape
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, axes: tuple, slice_size: tuple):
@@ -462,19 +476,17 @@ def _block_positions(starts: array, k: int, n: int, size: int, stream) -> array:
                                n, stream=stream), n, pos, stream=stream)
 
 
-class DynamicSliceUpdate(Primitive):
+class DynamicSliceUpdate(SameShape):
     """``a`` with a block replaced by the update (second input); the block starts at the
     third input along ``axes`` and at 0 elsewhere. It has the update's dimensions, and
     for leading axes the update lacks, 1 on ``axes`` and all of ``a`` elsewhere."""
 
     __slots__ = ("axes",)
+    axes: Axes
 
     def __init__(self, stream, axes: tuple):
         super().__init__(stream)
         self.axes = axes
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         a, u, start = primals
@@ -534,11 +546,15 @@ class DynamicSliceUpdate(Primitive):
         return [out], [0]
 
 
-class AsStrided(Primitive):
+class AsStrided(FixedShape):
     """A view of ``a``'s row-major elements with ``shape``, element ``strides`` and
     element ``offset``; the op checks that every element it reaches lies in ``a``."""
 
     __slots__ = ("shape", "strides", "offset")
+    shape: Shape
+    strides: tuple[int, ...]
+    offset: Size
+    arity = 1
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def __init__(self, stream, shape: tuple, strides: tuple, offset: int):
@@ -546,9 +562,6 @@ class AsStrided(Primitive):
         self.shape = shape
         self.strides = strides
         self.offset = offset
-
-    def output_shapes(self, inputs):
-        return [self.shape]
 
     def positions(self) -> np.ndarray:
         """The row-major position in ``a`` of each element of the view."""
@@ -582,6 +595,7 @@ class View(Primitive):
     """``a``'s bytes (row-major) read as ``dtype``; the last axis scales by the size ratio."""
 
     __slots__ = ("dtype",)
+    dtype: dt.Dtype
 
     def __init__(self, stream, dtype):
         super().__init__(stream)
@@ -606,17 +620,15 @@ class View(Primitive):
         return [lazy(_view_shape(x._shape, x._dtype, self.dtype), self.dtype, self, (x,))], [b]
 
 
-class Contiguous(Primitive):
+class Contiguous(SameShape):
     """``a`` in row-major memory order (or column-major, if allowed and already so)."""
 
     __slots__ = ("allow_col_major",)
+    allow_col_major: bool
 
     def __init__(self, stream, allow_col_major: bool):
         super().__init__(stream)
         self.allow_col_major = allow_col_major
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [cotangents[0]]
@@ -632,6 +644,9 @@ class Diagonal(Primitive):
     """The diagonal ``offset`` of the planes of ``axis1`` and ``axis2``, as a last axis."""
 
     __slots__ = ("offset", "axis1", "axis2")
+    offset: int
+    axis1: Axis
+    axis2: Axis
 
     def __init__(self, stream, offset: int, axis1: int, axis2: int):
         super().__init__(stream)
@@ -673,6 +688,7 @@ class Diag(Primitive):
     """A square matrix with 1-D ``a`` on its diagonal ``k`` and zeros elsewhere."""
 
     __slots__ = ("k",)
+    k: int
 
     def __init__(self, stream, k: int):
         super().__init__(stream)
@@ -1849,20 +1865,12 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 # -- examples for the registry-wide transform test -------------------------------------
 @hookimpl
 def lazyx_examples():
-    from lazyx.transforms.examples import example, integers, uniform
 
     x23 = uniform((2, 3))
     i32 = dt.int32

@@ -8,6 +8,7 @@ Kernels live in ``lazyx.backends.cpu.kernels.sorting``.
 from __future__ import annotations
 
 import operator
+from typing import Literal
 
 import numpy as np
 
@@ -17,25 +18,19 @@ from lazyx.arguments import as_array, binary_operands, normalize_axis
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError
-from lazyx.hookspecs import hookimpl
-from lazyx.primitive import Primitive
-from lazyx.transforms.examples import example, uniform
-from lazyx.transforms.rules import NoGradient, batch_first, batched_axes
+from lazyx.hookspecs import hookimpl, pack_hooks
+from lazyx.primitive import Axis, Primitive, SameShape, Size
+from lazyx.examples import example, uniform
+from lazyx.rules import NoGradient, batch_first, batched_axes
 
 _uint32 = dt.uint32
 
 
-class _AlongAxis(Primitive):
+class _AlongAxis(SameShape):
     """A primitive whose output has the input's shape, working along ``axis``."""
 
     __slots__ = ("axis",)
-
-    def __init__(self, stream, axis: int):
-        self.stream = stream
-        self.axis = axis
-
-    def output_shapes(self, inputs):
-        return [inputs[0].shape]
+    axis: Axis
 
     # Batching shifts the working axis past the batch axis; ``_forward`` is the op.
     def vmap(self, inputs, axes):
@@ -108,11 +103,7 @@ class Partition(_Permuting):
     element a sort would put there, smaller-or-equal ones before it, the rest after."""
 
     __slots__ = ("kth",)
-
-    def __init__(self, stream, kth: int, axis: int):
-        self.stream = stream
-        self.kth = kth
-        self.axis = axis
+    kth: int
 
     def _forward(self, x, axis, s):
         return mx.partition(x, self.kth, axis=axis, stream=s)
@@ -122,11 +113,7 @@ class ArgPartition(_IndexOutput):
     """The uint32 indices that partition the input along ``axis`` (see :class:`Partition`)."""
 
     __slots__ = ("kth",)
-
-    def __init__(self, stream, kth: int, axis: int):
-        self.stream = stream
-        self.kth = kth
-        self.axis = axis
+    kth: int
 
     def _forward(self, x, axis, s):
         return mx.argpartition(x, self.kth, axis=axis, stream=s)
@@ -137,11 +124,7 @@ class TopK(_Permuting):
     order; the output's ``axis`` has size ``k``. NaNs count as largest."""
 
     __slots__ = ("k",)
-
-    def __init__(self, stream, k: int, axis: int):
-        self.stream = stream
-        self.k = k
-        self.axis = axis
+    k: Size
 
     def output_shapes(self, inputs):
         s = list(inputs[0].shape)
@@ -166,10 +149,7 @@ class SearchSorted(NoGradient, Primitive):
     (``side="left"``) or ``<=`` it (``side="right"``). Both inputs share one dtype."""
 
     __slots__ = ("side",)
-
-    def __init__(self, stream, side: str):
-        self.stream = stream
-        self.side = side
+    side: Literal["left", "right"]
 
     def output_shapes(self, inputs):
         return [inputs[1].shape]
@@ -267,7 +247,7 @@ def _partition(cls, op, a, kth, axis, stream, out_dtype):
     if not -n <= kth < n:
         raise ShapeError(f"[{op}] Received invalid kth {kth} along axis {axis} for an array "
                          f"of shape {a._shape}: kth must lie in [{-n}, {n}).")
-    return lazy(a._shape, out_dtype or a._dtype, cls(to_stream(stream), kth % n, axis), (a,))
+    return lazy(a._shape, out_dtype or a._dtype, cls(to_stream(stream), axis, kth % n), (a,))  # slot order
 
 
 def partition(a, /, kth, axis=-1, *, stream=None) -> array:
@@ -330,7 +310,7 @@ def topk(a, /, k, axis=-1, *, stream=None) -> array:
         raise ShapeError(f"[topk] Received invalid k={k} along axis {axis} for an array of "
                          f"shape {shape}: k must lie in [0, {shape[axis]}].")
     out = shape[:axis] + (k,) + shape[axis + 1:]
-    return lazy(out, a._dtype, TopK(to_stream(stream), k, axis), (a,))
+    return lazy(out, a._dtype, TopK(to_stream(stream), axis, k), (a,))
 
 
 def searchsorted(sorted_sequence, values, /, side="left", *, stream=None) -> array:
@@ -371,14 +351,7 @@ OPS = {
 }
 
 
-@hookimpl
-def lazyx_primitives():
-    return PRIMITIVES
-
-
-@hookimpl
-def lazyx_ops():
-    return OPS
+lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 
 @hookimpl

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from lazyx.backend import Backend
 from lazyx.device import DeviceType
+from lazyx.errors import BackendError
 from lazyx.hookspecs import hookimpl
+from lazyx.transforms.fusion import Compiled
 
-from .kernels import numpy_kernels
+from . import native_kernels
 
 import numpy as np
 
@@ -31,9 +33,9 @@ class CpuReferenceBackend(Backend):
     name = "cpu-reference"
     device_type = DeviceType.cpu
 
-    def __init__(self):
-        super().__init__()
-        self.kernels = numpy_kernels()
+    def load_kernels(self) -> dict:
+        from .kernels import numpy_kernels  # on first use: the kernel modules are large
+        return numpy_kernels()
 
     # Kernels are silent about floating-point exceptions (0 * inf, x / 0), as MLX is:
     # NumPy's warnings are switched off while an evaluation runs.
@@ -58,13 +60,15 @@ class CpuBackend(CpuReferenceBackend):
 
     def __init__(self):
         super().__init__()
-        from . import native_kernels
         self.native = native_kernels.load()
-        self.kernels.update(native_kernels.kernels(self.native))
+
+    def load_kernels(self) -> dict:
+        table = super().load_kernels()
+        table.update(native_kernels.kernels(self.native))
         # Fused element-wise runs: C++ generated and built at run time.
-        from lazyx.transforms.fusion import Compiled
-        from .compiled import compiled_kernel
-        self.kernels[Compiled] = compiled_kernel
+        from .compiled import compiled_kernel  # the C++ toolchain: on first use
+        table[Compiled] = compiled_kernel
+        return table
 
     def enter_eval(self):
         outer = super().enter_eval()
@@ -97,15 +101,12 @@ class CpuBackend(CpuReferenceBackend):
 
     def _require_native(self):
         if self.native is None:
-            from lazyx.errors import BackendError
-            from . import native_kernels
             raise BackendError(f"The cpu backend's native module did not load "
                                f"({native_kernels.load_error}); memory limits need it. "
                                f"Reinstall lazyx to rebuild it.")
         return self.native
 
     def describe(self) -> str:
-        from . import native_kernels
         if self.native is None:
             return f"native module not loaded ({native_kernels.load_error}): NumPy kernels only"
         info = self.native.build_info()

@@ -28,6 +28,8 @@ from lazyx.codegen import cpp, jit
 from lazyx.errors import KernelOutputError
 from lazyx.transforms.fusion import interpret
 
+from . import native_kernels
+
 #: Work (elements times the program's cost per element, see :func:`_cost`) from which a
 #: kernel splits its loop over threads. Starting a thread costs 10 to 80 us on the
 #: 2-core VM this was measured on, and a fused loop runs at 0.3 to 0.7 ns per element
@@ -159,7 +161,6 @@ def cached_layout(p, inputs, make):
 
 
 def _threads() -> int:
-    from . import native_kernels
     native = native_kernels.load()
     if native is not None:
         return native.get_num_threads()

@@ -9,8 +9,9 @@ evaluation, so lazyx's allocation handler counts them like any other buffer.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
+
+from lazyx.dtypes import bfloat16
 
 _f32 = np.dtype(np.float32)
 _u16 = np.dtype(np.uint16)
@@ -26,7 +27,7 @@ def load():
     and ``load_error`` says why; ``lazyx info`` shows it)."""
     global load_error
     try:
-        from . import _native
+        from . import _native  # the compiled module: optional (a build may lack it)
     except ImportError as exc:
         load_error = f"{type(exc).__name__}: {exc}"
         return None
@@ -117,13 +118,13 @@ def kernels(native) -> dict:
     """
     if native is None:
         return {}
-    from .kernels import numpy_kernels
+    from .kernels import numpy_kernels  # the kernel modules are large: on first use
     reference = numpy_kernels()
 
     def per_dtype(prefix):
         return {_f32: (getattr(native, f"{prefix}_float32"), None),
                 np.dtype(np.float16): (getattr(native, f"{prefix}_float16"), _u16),
-                np.dtype(ml_dtypes.bfloat16): (getattr(native, f"{prefix}_bfloat16"), _u16)}
+                bfloat16.np: (getattr(native, f"{prefix}_bfloat16"), _u16)}
 
     table = {}
     softmax = _primitive("products", "Softmax")

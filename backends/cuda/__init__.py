@@ -38,88 +38,14 @@ import numpy as np
 
 from lazyx.backend import Backend
 from lazyx.device import DeviceType
-from lazyx.errors import BackendError, KernelNotFoundError, LazyxError
+from lazyx.errors import BackendError, HostOnlyKernelError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
+
+from . import runtime as _rt
+from .runtime import CudaKernel, cupy_module, launch_config
 
 __all__ = ["CudaBackend", "CudaKernel", "cupy_module", "launch_config"]
-
-_cp = None            # the cupy module, once imported
-_import_error = None  # why it could not be
-
-
-def cupy_module():
-    """The ``cupy`` module, or a :class:`BackendError` saying why there is none."""
-    global _cp, _import_error
-    if _cp is None and _import_error is None:
-        try:
-            import cupy
-            cupy.cuda.runtime.getDeviceCount()
-            _cp = cupy
-        except ImportError as exc:
-            _import_error = (f"CuPy is not installed ({exc}); install the wheel for your CUDA "
-                             f"version, e.g. `pip install cupy-cuda13x` or `cupy-cuda12x`.")
-        except Exception as exc:  # cupy present, no driver or no device
-            _import_error = f"CuPy found no usable CUDA device ({type(exc).__name__}: {exc})."
-    if _cp is None:
-        raise BackendError(f"The cuda backend is not available: {_import_error}")
-    return _cp
-
-
-class CudaKernel:
-    """A kernel from CUDA C++ source, compiled by NVRTC on first use.
-
-    Args:
-        source (str): CUDA C++ source; kernels meant to be launched by name
-          should be ``extern "C" __global__`` (or listed in ``name_expressions``
-          for templates).
-        name (str): a name for messages (the file the source came from).
-        options (tuple[str]): extra NVRTC options (``"-std=c++17"`` is added).
-        name_expressions (tuple[str]): template instantiations to compile,
-          e.g. ``("axpby_contiguous<float>",)``.
-
-    ``function(fname)`` returns a launchable ``cupy.RawKernel``-like function:
-    ``fn(grid, block, args)``. A compile error raises :class:`LazyxError` with
-    the source's name and NVRTC's log.
-    """
-
-    def __init__(self, source: str, name: str, options=(), name_expressions=()):
-        if not isinstance(source, str) or not source.strip():
-            raise LazyxError(f"CudaKernel {name!r}: source must be a non-empty string.")
-        self.source = source
-        self.name = name
-        self.options = ("-std=c++17",) + tuple(options)
-        self.name_expressions = tuple(name_expressions)
-        self._module = None
-
-    def module(self):
-        if self._module is None:
-            cp = cupy_module()
-            kw = {"name_expressions": self.name_expressions} if self.name_expressions else {}
-            mod = cp.RawModule(code=self.source, options=self.options, **kw)
-            try:
-                mod.compile()
-            except Exception as exc:
-                log = str(exc).strip().splitlines()
-                raise LazyxError(f"The CUDA kernel source {self.name} did not compile "
-                                 f"(NVRTC):\n" + "\n".join(log[:20])) from None
-            self._module = mod
-        return self._module
-
-    def function(self, fname: str):
-        mod = self.module()
-        try:
-            return mod.get_function(fname)
-        except Exception as exc:
-            raise LazyxError(f"The CUDA kernel source {self.name} has no kernel {fname!r} "
-                             f"({exc}). Kernels are looked up by their extern \"C\" name or "
-                             f"by a template name listed in name_expressions.") from None
-
-
-def launch_config(n: int, block: int = 256) -> tuple[tuple, tuple]:
-    """``(grid, block)`` for one thread per element of ``n`` (grid-stride loops welcome)."""
-    blocks = max(1, min((n + block - 1) // block, 65535 * 4))
-    return (blocks,), (block,)
-
 
 class _UploadCache:
     """Device copies of host buffers, kept while the host buffer lives.
@@ -141,13 +67,13 @@ class _UploadCache:
             if dev is None:
                 if len(self._small) > 4096:
                     self._small.clear()
-                dev = self._small[vkey] = _cp.asarray(host)
+                dev = self._small[vkey] = _rt.cp.asarray(host)
             return dev
         key = id(host)
         hit = self._copies.get(key)
         if hit is not None and hit[0]() is host:
             return hit[1]
-        dev = _cp.asarray(host)
+        dev = _rt.cp.asarray(host)
         try:
             ref = weakref.ref(host, lambda _r, k=key, c=self._copies: c.pop(k, None))
         except TypeError:
@@ -191,7 +117,7 @@ class CudaBackend(Backend):
     def describe(self) -> str:
         if not self.is_available():
             return ""
-        cp = _cp
+        cp = _rt.cp
         props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         return f"{name}, CuPy {cp.__version__}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}"
@@ -201,7 +127,7 @@ class CudaBackend(Backend):
         # kernels.py imports CuPy: without it, introspection (lazyx kernels) still
         # works and reports the NumPy kernels this backend would run through CuPy.
         if not self._loaded and self.is_available():
-            from . import kernels
+            from . import kernels  # imports CuPy: only once the backend is available
             self.kernels.update(kernels.KERNELS)
             self._loaded = True
 
@@ -212,8 +138,7 @@ class CudaBackend(Backend):
         # kernel (its own expression, compiled by NVRTC; see .compiled), and `fn` where it
         # is not expressible. A primitive's own eval_gpu is left to it.
         if self._loaded and callable(getattr(cls, "to_expression", None)):
-            from lazyx.primitive import Primitive
-            from . import compiled
+            from . import compiled  # the renderers and their toolchain: on first use
             if compiled.ELEMENTWISE and cls.eval_gpu is Primitive.eval_gpu:
                 return compiled.eager_kernel(cls, fn)
         return fn
@@ -222,8 +147,7 @@ class CudaBackend(Backend):
         fn = super().find_kernel(cls)
         if fn is not None:
             return fn
-        from lazyx.backends.cpu.kernels import numpy_kernels
-        from lazyx.primitive import Primitive
+        from lazyx.backends.cpu.kernels import numpy_kernels  # large: on first use
         table = _numpy_table(numpy_kernels)
         for klass in cls.__mro__:
             fn = table.get(klass)
@@ -250,7 +174,7 @@ class CudaBackend(Backend):
 
     # -- buffers ----------------------------------------------------------------------
     def is_buffer(self, obj) -> bool:
-        return _cp is not None and type(obj) is _cp.ndarray
+        return _rt.cp is not None and type(obj) is _rt.cp.ndarray
 
     def to_host(self, buf) -> np.ndarray:
         return buf.get()
@@ -259,14 +183,14 @@ class CudaBackend(Backend):
         return cupy_module().asarray(data)
 
     def synchronize(self, stream) -> None:
-        if _cp is not None:
-            _cp.cuda.Device().synchronize()
+        if _rt.cp is not None:
+            _rt.cp.cuda.Device().synchronize()
 
     # -- memory -----------------------------------------------------------------------
     def memory_stats(self) -> dict:
-        if _cp is None:
+        if _rt.cp is None:
             return {"active": 0, "peak": 0, "cache": 0}
-        pool = _cp.get_default_memory_pool()
+        pool = _rt.cp.get_default_memory_pool()
         used, total = pool.used_bytes(), pool.total_bytes()
         self._peak = max(self._peak, used)
         return {"active": used, "peak": self._peak, "cache": total - used}
@@ -276,8 +200,8 @@ class CudaBackend(Backend):
 
     def clear_cache(self) -> None:
         self._uploads.clear()
-        if _cp is not None:
-            _cp.get_default_memory_pool().free_all_blocks()
+        if _rt.cp is not None:
+            _rt.cp.get_default_memory_pool().free_all_blocks()
 
     def set_memory_limit(self, limit: int) -> int:
         pool = cupy_module().get_default_memory_pool()
@@ -296,7 +220,7 @@ def _numpy_table(factory) -> dict:
 
 
 def _to_device(x):
-    cp = _cp
+    cp = _rt.cp
     if hasattr(x, "__cuda_array_interface__"):
         return cp.asarray(x)
     return cp.asarray(np.asarray(x))
@@ -308,18 +232,17 @@ def _through_cupy(fn, cls):
         try:
             out = fn(prim, inputs)
         except TypeError as exc:
-            if any(m in str(exc) for m in ("Implicit conversion", "not supported",
-                                           "returned NotImplemented")):
-                raise KernelNotFoundError(
-                    f"{cls.name} has no kernel on backend 'cuda': its NumPy kernel needs the "
-                    f"host ({exc}). Register a CuPy kernel for it in "
-                    f"lazyx.backends.cuda.kernels.") from None
-            raise
-        nd = _cp.ndarray
+            # A NumPy function CuPy does not dispatch refuses device arrays with a
+            # TypeError (CuPy's __array__): the kernel needs the host.
+            raise HostOnlyKernelError(
+                f"{cls.name} has no kernel on backend 'cuda': its NumPy kernel needs the "
+                f"host ({type(exc).__name__}: {exc}). Register a CuPy kernel for it in "
+                f"lazyx.backends.cuda.kernels.") from exc
+        nd = _rt.cp.ndarray
         outs = out if type(out) in (tuple, list) else (out,)
         for o in outs:
             if type(o) is not nd:
-                raise KernelNotFoundError(
+                raise HostOnlyKernelError(
                     f"{cls.name} has no kernel on backend 'cuda': its NumPy kernel returned a "
                     f"host {type(o).__name__} (it computes on the host). Register a CuPy kernel "
                     f"for it in lazyx.backends.cuda.kernels.")

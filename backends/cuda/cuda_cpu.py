@@ -25,6 +25,8 @@ import numpy as np
 
 from lazyx.codegen import cpp, cuda, jit
 
+from .compiled import run_program
+
 __all__ = ["SHIM", "translation_unit", "HostRunner", "run_on_cpu", "available"]
 
 #: Besides jit's flags: no contraction of ``a * b + c`` (the kernels are built with
@@ -151,7 +153,6 @@ class HostRunner:
 def run_on_cpu(program, inputs, runner: HostRunner | None = None):
     """The outputs of ``program`` on NumPy ``inputs``, computed by its CUDA kernels run as
     host C++ through the launch logic of the GPU (a list of arrays)."""
-    from .compiled import run_program
     out = run_program(program, list(inputs), runner or HostRunner())
     if out is None:
         raise TypeError("the inputs' dtypes are not the program's")

@@ -33,7 +33,7 @@ from lazyx.backends.cpu.kernels import sorting as np_sorting
 
 from lazyx.transforms.fusion import Compiled
 
-from . import CudaKernel, launch_config
+from .runtime import CudaKernel, launch_config
 from . import rowwise
 from .compiled import compiled_kernel
 

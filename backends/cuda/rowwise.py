@@ -22,7 +22,7 @@ import numpy as np
 from lazyx.backends.cpu.kernels import products as np_products
 from lazyx.backends.cpu.kernels import reductions as np_reductions
 
-from . import CudaKernel
+from .runtime import CudaKernel
 
 _SOURCE = r"""
 struct F32 {

@@ -12,33 +12,35 @@ The backend has no kernels of its own yet: only those plugins register run on it
 
 from __future__ import annotations
 
+import os
+
 from lazyx.backend import Backend
 from lazyx.device import DeviceType
 from lazyx.hookspecs import hookimpl
 
 from .kernel import MetalKernel
+from .runtime import availability
 
 __all__ = ["MetalBackend", "MetalKernel", "MSLShimError", "run_msl_on_cpu", "shim_available",
            "is_available", "unavailable_reason"]
 
 
 def __getattr__(name):
-    # The CPU shim loads when first used: plugins that only declare kernels skip it.
+    # The CPU shim (and with it the C++ toolchain) loads when first used: a plugin that
+    # only declares Metal kernels does not pay for it at import.
     if name in ("MSLShimError", "run_msl_on_cpu", "shim_available"):
-        from . import msl_cpu
+        from . import msl_cpu  # start-up: see above
         return getattr(msl_cpu, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_available() -> bool:
     """Whether this machine can run Metal kernels (macOS, Apple silicon, PyObjC's Metal)."""
-    from .runtime import availability
     return availability()[0]
 
 
 def unavailable_reason() -> str:
     """Why :func:`is_available` is False, in words (empty when it is True)."""
-    from .runtime import availability
     return availability()[1]
 
 
@@ -56,8 +58,6 @@ class MetalBackend(Backend):
 
     def _check(self) -> tuple[bool, str]:
         if self._availability is None:
-            import os
-            from .runtime import availability
             ok, why = availability()
             if ok and os.environ.get("LAZYX_METAL", "") != "1":
                 # Only plugins' MSL kernels exist so far, so the GPU would fail on most

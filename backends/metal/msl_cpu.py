@@ -23,7 +23,7 @@ from pathlib import Path
 from lazyx.codegen import jit
 from lazyx.errors import LazyxError
 
-from .kernel import MetalKernel, plan_launch
+from .launch import plan_launch
 
 __all__ = ["run_msl_on_cpu", "launch_on_cpu", "MSLShimError", "SHIM_DIR", "shim_available"]
 
@@ -49,7 +49,7 @@ def shim_available() -> bool:
     return jit.available()
 
 
-def run_msl_on_cpu(kernel: MetalKernel, inputs, out_shape, out_dtype, **constants):
+def run_msl_on_cpu(kernel, inputs, out_shape, out_dtype, **constants):
     """Run a Metal kernel's MSL source on the CPU and return its output.
 
     The source is compiled as C++ through lazyx's MSL shim (cached on disk like
@@ -73,7 +73,7 @@ def run_msl_on_cpu(kernel: MetalKernel, inputs, out_shape, out_dtype, **constant
     return launch_on_cpu(kernel, plan_launch(kernel, inputs, out_shape, out_dtype, constants))
 
 
-def launch_on_cpu(kernel: MetalKernel, launch):
+def launch_on_cpu(kernel, launch):
     """Run a planned launch (:func:`lazyx.backends.metal.kernel.plan_launch`) on the CPU."""
     if launch.grid == 0:
         return launch.output
@@ -91,7 +91,7 @@ def launch_on_cpu(kernel: MetalKernel, launch):
 _entries: dict = {}
 
 
-def _entry_point(kernel: MetalKernel, function: str):
+def _entry_point(kernel, function: str):
     key = (kernel.source, kernel.filename, function)
     fn = _entries.get(key)
     if fn is None:
@@ -99,7 +99,7 @@ def _entry_point(kernel: MetalKernel, function: str):
     return fn
 
 
-def _build(kernel: MetalKernel, function: str):
+def _build(kernel, function: str):
     source = kernel.source
     callee, params = kernel_signature(source, function, kernel.label)
     unit = translation_unit(source, callee, params, kernel.filename or "<MSL source>")
@@ -116,7 +116,7 @@ def _build(kernel: MetalKernel, function: str):
     return fn, 1 + max((i for kind, i in params if kind == "buffer"), default=-1)
 
 
-def _compile_error(kernel: MetalKernel, function: str, message: str) -> str:
+def _compile_error(kernel, function: str, message: str) -> str:
     # jit's message ends with advice about lazyx's own code generation; this source is the
     # kernel author's, so keep only where it is and what the compiler said.
     lines = message.splitlines()

@@ -4,7 +4,7 @@
 lazyx's test machines have neither, so it has never run. What is tested is
 everything it shares with the CPU check: the kernel's MSL source (compiled and run
 through the C++ shim, :mod:`lazyx.backends.metal.msl_cpu`) and the binding of
-buffers, constants and grid (:func:`lazyx.backends.metal.kernel.plan_launch`).
+buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch`).
 
 Buffers stay NumPy arrays between kernels (Apple silicon's memory is unified);
 each launch copies its inputs into shared ``MTLBuffer`` objects and its output
@@ -22,16 +22,16 @@ import threading
 
 import numpy as np
 
-from lazyx.errors import BackendError, LazyxError
+from lazyx.errors import BackendError, KernelCompileError
 
-from .kernel import plan_for_primitive
+from .launch import plan_for_primitive
 
 __all__ = ["availability", "run", "MetalCompileError"]
 
 INSTALL_HINT = "pip install pyobjc-framework-Metal"
 
 
-class MetalCompileError(LazyxError, RuntimeError):
+class MetalCompileError(KernelCompileError):
     """The Metal compiler rejected a kernel's MSL source, or a kernel function is missing."""
 
 

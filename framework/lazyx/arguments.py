@@ -11,31 +11,21 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as _dt
+from . import ops
 from .array import array, from_buffer
 from .device import to_stream
-from .errors import ArgumentError, AxisError, DtypeError, ShapeError
+from .errors import ArgumentError, AxisError, DtypeError, LazyxError, ShapeError, at_op
 
 __all__ = ["as_array", "constant", "binary_operands", "broadcast_shapes", "normalize_axis",
            "normalize_axes", "to_stream", "cast"]
 
 _PY_SCALARS = (bool, int, float, complex)
 _constants: dict = {}
-_core = None
-
-
-def _core_ns():
-    global _core
-    if _core is None:
-        import lazyx.core as core
-        _core = core
-    return _core
-
-
 def cast(a: array, dtype: _dt.Dtype, stream=None) -> array:
     """``a`` converted to ``dtype`` (``a`` itself when it already has it)."""
     if a._dtype is dtype:
         return a
-    return _core_ns().astype(a, dtype, stream=stream)
+    return ops.astype(a, dtype, stream=stream)
 
 
 def constant(value, dtype: _dt.Dtype) -> array:
@@ -56,9 +46,13 @@ def constant(value, dtype: _dt.Dtype) -> array:
             if dtype.kind in "ui" and isinstance(value, int):
                 info = np.iinfo(dtype.np)
                 if not info.min <= value <= info.max:
-                    raise ArgumentError(f"Converting {value} to {dtype.name} would result in overflow.")
+                    raise ArgumentError(f"Converting {value} to {dtype.name} would result in "
+                                        f"overflow ({dtype.name} holds [{info.min}, "
+                                        f"{info.max}]).")
             data = np.array(value, dtype=dtype.np)
         c = from_buffer(data, dtype)
+        if value == 0 and type(value) is not int and type(value) is not bool:
+            return c  # 0.0 == -0.0 as keys: a cached zero would lose its sign (1 / -0.0)
         if len(_constants) > 4096:
             _constants.clear()
         _constants[key] = c
@@ -76,12 +70,18 @@ def as_array(x, dtype: _dt.Dtype | None = None) -> array:
     return array(x, dtype)
 
 
-def binary_operands(a, b, stream=None):
+def binary_operands(a, b, stream=None, op: str | None = None):
     """Two operands converted to arrays of their common dtype, by MLX's rules.
 
-    Python scalars are weakly typed (``int8_array + 1`` stays int8). Returns
-    ``(a, b, dtype)``.
+    Python scalars are weakly typed (``int8_array + 1`` stays int8); one that does not
+    fit the array's dtype is an :class:`ArgumentError` (named ``[op]`` when given).
+    Returns ``(a, b, dtype)``.
     """
+    if op is not None:
+        try:
+            return binary_operands(a, b, stream)
+        except LazyxError as e:
+            raise at_op(e, op)
     ta, tb = type(a), type(b)
     if ta is array:
         if tb is array:
@@ -92,12 +92,18 @@ def binary_operands(a, b, stream=None):
             return cast(a, d, stream), cast(b, d, stream), d
         if tb in _PY_SCALARS:
             d = _dt.weak_scalar_dtype(a._dtype, tb)
-            return cast(a, d, stream), constant(b, d), d
+            try:
+                return cast(a, d, stream), constant(b, d), d
+            except ArgumentError as e:
+                raise _scalar_error(e, a) from None
         return binary_operands(a, as_array(b), stream)
     if ta in _PY_SCALARS:
         if tb is array:
             d = _dt.weak_scalar_dtype(b._dtype, ta)
-            return constant(a, d), cast(b, d, stream), d
+            try:
+                return constant(a, d), cast(b, d, stream), d
+            except ArgumentError as e:
+                raise _scalar_error(e, b) from None
         if tb in _PY_SCALARS:
             d = _dt.result_type(a, b)
             return constant(a, d), constant(b, d), d
@@ -108,8 +114,15 @@ def binary_operands(a, b, stream=None):
     return binary_operands(as_array(a), b, stream)
 
 
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    """The shape that ``shapes`` broadcast to, as NumPy defines it."""
+def _scalar_error(e: ArgumentError, other: array) -> ArgumentError:
+    """A scalar that does not fit the dtype of the array it meets: name that array."""
+    return ArgumentError(f"{e} The Python scalar meets an array of shape {other._shape} and "
+                         f"dtype {other._dtype.name}; cast the array to a wider dtype first.")
+
+
+def broadcast_shapes(*shapes, op: str | None = None) -> tuple[int, ...]:
+    """The shape that ``shapes`` broadcast to, as NumPy defines it (a
+    :class:`ShapeError` naming ``[op]`` and the shapes when they do not)."""
     if len(shapes) == 2:
         s1, s2 = shapes
         if s1 == s2 or not s2:
@@ -129,7 +142,8 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
             if o == 1:
                 out[off + i] = d
             elif d != 1 and d != o:
-                raise ShapeError(f"Shapes {' and '.join(str(tuple(x)) for x in shapes)} "
+                where = f"[{op}] " if op else ""
+                raise ShapeError(f"{where}Shapes {' and '.join(str(tuple(x)) for x in shapes)} "
                                  f"cannot be broadcast.")
     return tuple(out)
 
@@ -154,11 +168,13 @@ def normalize_axes(axes, ndim: int, name: str = "axis") -> tuple[int, ...]:
         return (normalize_axis(axes, ndim, name),)
     out = tuple(normalize_axis(a, ndim, name) for a in axes)
     if len(set(out)) != len(out):
-        raise AxisError(f"Repeated {name} in {tuple(axes)}.")
+        op, _, what = name.rpartition("] ")  # name may carry the op: "[sum] axis"
+        raise AxisError(f"{op + '] ' if op else ''}Repeated {what} in {tuple(axes)}.")
     return tuple(sorted(out))
 
 
 def check_dtype(x: array, allowed: str, op: str) -> None:
     """Raise if ``x``'s dtype kind is not one of ``allowed`` (``"bui"``, ``"fc"``...)."""
     if x._dtype.kind not in allowed:
-        raise DtypeError(f"{op} does not support dtype {x._dtype.name}.")
+        raise DtypeError(f"[{op}] does not support dtype {x._dtype.name} (an array of shape "
+                         f"{x._shape}).")

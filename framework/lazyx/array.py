@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import backend as _backend
 from . import dtypes as _dt
+from . import ops
 from .errors import DtypeError, ShapeError
 
 __all__ = ["array", "lazy", "lazy_multi", "from_buffer"]
@@ -46,8 +48,7 @@ class array:
             if dtype is None or dtype is val._dtype:
                 _become(self, val)
             else:
-                import lazyx.core as _core
-                _become(self, _core.astype(val, dtype))
+                _become(self, ops.astype(val, dtype))
             return
         data = _host_copy(val, dtype)
         self._shape = data.shape
@@ -95,12 +96,10 @@ class array:
     def _numpy(self) -> np.ndarray:
         """The evaluated buffer as a host NumPy array (evaluates when needed)."""
         if self._data is None:
-            from .scheduler import eval_arrays
-            eval_arrays((self,))
+            evaluate((self,))
         d = self._data
         if type(d) is not _ndarray:
-            from .backend import to_host
-            d = to_host(d)
+            d = _backend.to_host(d)
         return d
 
     def __array__(self, dtype=None, copy=None):
@@ -182,6 +181,13 @@ class array:
 _new = array.__new__
 
 
+def evaluate(arrays) -> None:
+    """Evaluate ``arrays`` (a tuple): the scheduler's ``eval_arrays``, which
+    :mod:`lazyx.scheduler` installs here when it loads (it sits above this module:
+    it imports :class:`array`, so this module cannot import it)."""
+    raise RuntimeError("lazyx.scheduler is not loaded: import lazyx.core first.")
+
+
 def lazy(shape: tuple, dtype: _dt.Dtype, prim, inputs: tuple) -> array:
     """A new unevaluated array: output of ``prim`` applied to ``inputs``.
 
@@ -240,7 +246,6 @@ def _become(dst: array, src: array) -> None:
 def _host_copy(val, dtype) -> np.ndarray:
     """``_to_numpy`` inside the CPU backend's evaluation scope, so the copy is
     counted by its memory figures like any kernel output (as MLX counts it)."""
-    from . import backend as _backend
     state = _backend._tables
     if state is None:
         if not _backend._backends:  # plugins still loading: nothing to account with
@@ -260,8 +265,8 @@ def _to_numpy(val, dtype) -> np.ndarray:
         if npd is None:
             if val.dtype == np.float64:
                 npd = np.float32
-            elif val.dtype not in _dt._BY_NUMPY:
-                raise DtypeError(f"NumPy dtype {val.dtype} has no lazyx equivalent.")
+            else:
+                _dt.from_numpy(val.dtype)  # a DtypeError for a dtype lazyx lacks
         return np.array(val, dtype=npd, copy=True)
     if isinstance(val, (bool, int, float, complex)):
         if npd is None:

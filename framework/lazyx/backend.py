@@ -20,34 +20,48 @@ is resolved once per primitive class and cached:
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
-from .device import DeviceType
+from .device_types import Device, DeviceType
 from .errors import BackendError, KernelNotFoundError
 from .primitive import Primitive
+from .providers import kernel_conflicts, kernel_overrides, primitives
 
 __all__ = ["Backend", "use_backend", "active_backend", "backend_for", "backends",
-           "register_backend", "kernel_provider"]
+           "register_backend", "kernel_provider", "primitive_class"]
 
 
 class Backend:
     """Base class of backends. Subclass it, give it a ``name`` and a ``device_type``,
-    fill ``kernels`` and return an instance from a plugin's ``lazyx_backends`` hook.
+    fill ``kernels`` (or override :meth:`load_kernels`) and return an instance from a
+    plugin's ``lazyx_backends`` hook.
 
     Attributes:
         name: unique name (``"cpu"``, ``"cuda"``).
         device_type: the :class:`DeviceType` it runs.
         kernels: ``{primitive_class: kernel}``; ``kernel(primitive, inputs)``
-            takes input buffers and returns a buffer or a tuple of buffers.
+            takes input buffers and returns a buffer or a tuple of buffers. Filled by
+            :meth:`load_kernels` the first time it is read, so that registering a
+            backend (every ``import lazyx.core``) does not import its kernel modules.
     """
 
     name: str = "backend"
     device_type: DeviceType = DeviceType.cpu
 
     def __init__(self):
-        self.kernels: dict[type, object] = {}
+        pass
+
+    @functools.cached_property
+    def kernels(self) -> dict:
+        return self.load_kernels()
+
+    def load_kernels(self) -> dict:
+        """The backend's kernel table, built the first time :attr:`kernels` is read.
+        Override it to import heavy kernel modules on first use."""
+        return {}
 
     def find_kernel(self, cls: type):
         """This backend's kernel for primitive class ``cls``, or None if it has none.
@@ -163,7 +177,6 @@ class _KernelTable(dict):
 
 def resolve_kernel(backend: Backend, cls: type) -> tuple[object, str]:
     """The kernel ``backend`` runs for primitive class ``cls``, and who provides it."""
-    from .registry import kernel_overrides, kernel_conflicts, primitives
     key = (backend.name, cls)
     if key in kernel_overrides:
         fn, info = kernel_overrides[key]
@@ -212,16 +225,21 @@ def kernel_provider(backend: str, primitive) -> str:
         "backend 'cpu'"
     """
     _ensure_loaded()
-    return resolve_kernel(_get(backend), _primitive_class(primitive))[1]
+    return resolve_kernel(_get(backend), primitive_class(primitive))[1]
 
 
-def _primitive_class(primitive) -> type:
+def primitive_class(primitive) -> type:
+    """The primitive class ``primitive`` stands for: a class, an instance, or the name of
+    a registered primitive class (``"Subtract"``), e.g. to override its kernel.
+
+    Raises:
+        BackendError: no registered primitive has that name, or several do.
+    """
     if isinstance(primitive, type) and issubclass(primitive, Primitive):
         return primitive
     if isinstance(primitive, Primitive):
         return type(primitive)
     if isinstance(primitive, str):
-        from .registry import primitives
         found = [c for c in primitives if c.name == primitive]
         if len(found) == 1:
             return found[0]
@@ -256,7 +274,13 @@ def invalidate_dispatch() -> None:
 
 def _ensure_loaded() -> None:
     if not _backends:
-        import lazyx.core  # noqa: F401  (loads the plugins)
+        raise BackendError("No backend is registered yet: import lazyx.core first "
+                           "(it loads the plugins, the backends among them).")
+
+
+def registered_backends() -> dict[str, Backend]:
+    """The registered backends by name, as they are (no check that plugins are loaded)."""
+    return _backends
 
 
 def backends() -> dict[str, Backend]:
@@ -383,7 +407,6 @@ class use_backend:
 
 
 def _as_device_type(x) -> DeviceType:
-    from .device import Device
     if isinstance(x, DeviceType):
         return x
     if isinstance(x, Device):

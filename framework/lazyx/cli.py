@@ -2,15 +2,16 @@
 
 ``lazyx info`` prints the version, the devices, the backends (available or why
 not), every plugin with its distribution and version (and the error of any that
-failed to load), its primitives and how many of them each backend has a kernel
-for, the kernel overrides plugins installed, and which backend lacks a kernel
-for which primitive. ``lazyx kernels [NAME ...] [--backend B]`` says who provides
-each primitive's kernel on each backend.
+failed to load, or the built-in names it was refused), the plugins skipped and
+why, its primitives and how many of them each backend has a kernel for, the
+kernel overrides plugins installed, and which backend lacks a kernel for which
+primitive. ``lazyx kernels [NAME ...] [--backend B]`` says who provides
+each primitive's kernel on each backend. ``lazyx cache`` shows where the kernel
+cache is, its size and its entry count; ``lazyx cache clear`` empties it.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 
@@ -67,6 +68,12 @@ def info(out=None) -> None:
                 for bname, b in sorted(backends().items())) + "\n")
         for b, prim in p.kernels:
             w(f"    kernel override: {prim} on {b}\n")
+        for claim, owner in p.refused:
+            w(f"    REFUSED: {claim} (built in: {owner})\n")
+    if registry.skipped:
+        w("\nSkipped plugins (not loaded):\n")
+        for p, reason in registry.skipped:
+            w(f"  {p.name} ({p.distribution} {p.version}): {reason}\n")
     if registry.kernel_overrides or registry.kernel_conflicts:
         # Precedence: a plugin's override, then the backend's own kernel, then the
         # primitive's eval_cpu/eval_gpu (lazyx.backend).
@@ -132,6 +139,30 @@ def kernels(names=(), backend_names=(), out=None) -> int:
     return 0
 
 
+def cache(action: str | None = None, out=None) -> int:
+    """Show the kernel cache (``action`` None) or empty it (``"clear"``); the exit status."""
+    out = out or sys.stdout
+    from lazyx.codegen import jit
+
+    if action == "clear":
+        r = jit.clear_cache()
+        out.write(f"Removed {r['entries']} entries ({_mib(r['bytes'])}) from {r['path']}\n")
+        return 0
+    try:
+        r = jit.cache_info()
+    except jit.KernelCacheError as exc:  # a bad LAZYX_CACHE_MAX_MB
+        sys.stderr.write(f"{exc}\n")
+        return 1
+    out.write(f"Kernel cache: {r['path']}\n"
+              f"  {r['entries']} entries, {_mib(r['bytes'])} of {_mib(r['max_bytes'])} "
+              f"(LAZYX_CACHE_MAX_MB)\n")
+    return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
 def _plugin_of_backend(name: str):
     from lazyx import registry
     for pname, p in registry.plugins.items():
@@ -141,18 +172,23 @@ def _plugin_of_backend(name: str):
 
 
 def main(argv=None) -> int:
+    import argparse  # only the console script parses arguments (lazyx.extend imports info)
     parser = argparse.ArgumentParser(prog="lazyx", description="lazyx command line.")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="version, devices, backends, plugins, primitives, missing kernels")
     k = sub.add_parser("kernels", help="who provides each primitive's kernel on each backend")
     k.add_argument("primitives", nargs="*", help="primitive names (default: all)")
     k.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
+    c = sub.add_parser("cache", help="the kernel cache: location, size, entries; `clear` empties it")
+    c.add_argument("action", nargs="?", choices=["clear"], help="clear: delete every entry")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
         return 0
     if args.command == "kernels":
         return kernels(args.primitives, args.backend)
+    if args.command == "cache":
+        return cache(args.action)
     parser.print_help()
     return 1
 

@@ -19,7 +19,9 @@ and overridable per backend exactly like a built-in::
 
 The kernel's positional parameters are the op's array inputs, its keyword-only
 parameters the primitive's parameters (hashable values: they are its identity
-for ``is_equivalent`` and show in graphs and errors). The op function:
+for ``is_equivalent`` and show in graphs and errors). Their annotations
+(``alpha: float = 1.0``) declare the primitive's parameter types, which
+``export_function`` needs (see :mod:`lazyx.primitive`). The op function:
 
 * converts its inputs to arrays and, unless ``promote=False``, casts them to
   their common dtype by MLX's rules (Python scalars are weakly typed);
@@ -59,11 +61,16 @@ import types
 import numpy as np
 
 from . import dtypes as _dt
+from . import ops as _ops
+from . import registry
 from .arguments import as_array, binary_operands, broadcast_shapes, cast
 from .array import array, lazy, lazy_multi
 from .device import to_stream
-from .errors import ArgumentError, ShapeError, TransformError
+from .errors import ArgumentError, PluginError, ShapeError, TransformError
+from .hookspecs import hookimpl
 from .primitive import Primitive
+from .providers import primitives
+from .rules import align_batched, sum_to_shape
 
 __all__ = ["custom_primitive", "CustomPrimitive", "PrimitiveOp", "register"]
 
@@ -118,7 +125,6 @@ class CustomPrimitive(Primitive):
 def _missing_rule(cls, method: str) -> TransformError:
     """The error for a rule that ``cls`` lacks: it names the primitive, its plugin when
     registered, and the decorator that adds the rule."""
-    from .registry import primitives
     info = primitives.get(cls)
     who = f" (from {info.label})" if info is not None else ""
     op = cls._op.__name__
@@ -152,18 +158,16 @@ def _vjp(self, primals, cotangents, argnums, outputs):
         if g is not None and isinstance(g, array):
             shape = primals[i]._shape
             if g._shape != shape and _broadcasts_to(shape, g._shape):
-                from .transforms.rules import sum_to_shape
                 g = sum_to_shape(g, shape, stream=self.stream)
         out.append(g)
     return out
 
 
 def _jvp(self, primals, tangents, argnums):
-    import lazyx.core as mx
     full = [None] * len(primals)
     for i, t in zip(argnums, tangents):
         full[i] = t
-    full = [mx.zeros_like(p, stream=self.stream) if t is None else t
+    full = [_ops.zeros_like(p, stream=self.stream) if t is None else t
             for p, t in zip(primals, full)]
     shapes = self.output_shapes(primals)
     res = self._op._rules["jvp"](list(primals), full, **self.keywords())
@@ -173,7 +177,7 @@ def _jvp(self, primals, tangents, argnums):
         shape = tuple(shape)
         if t is not None and isinstance(t, array) and t._shape != shape \
                 and _broadcasts_to(t._shape, shape):
-            t = mx.broadcast_to(t, shape, stream=self.stream)
+            t = _ops.broadcast_to(t, shape, stream=self.stream)
         out.append(t)
     return out
 
@@ -190,7 +194,6 @@ def _vmap(self, inputs, axes):
 
 
 def _vmap_elementwise(self, inputs, axes):
-    from .transforms.rules import align_batched
     ins, k = align_batched(inputs, axes)
     out = self._op(*ins, stream=self.stream, **self.keywords())
     if type(out) is list:
@@ -252,10 +255,15 @@ class PrimitiveOp:
         self._dtype_rule = dtype
         self._rules: dict = {}
         cls_name = name or "".join(w[:1].upper() + w[1:] for w in self.__name__.split("_"))
+        # The kernel's annotations of its keyword-only parameters declare the
+        # primitive's parameters (what import_function checks a file against).
+        kernel_params = inspect.signature(kernel).parameters
+        annotations = {p: kernel_params[p].annotation for p in params
+                       if kernel_params[p].annotation is not inspect.Parameter.empty}
         self.primitive = type(cls_name, (CustomPrimitive,), {
             "__slots__": tuple(params), "__module__": self.__module__,
             "__qualname__": cls_name, "__doc__": f"The primitive of ``{self.__name__}``.",
-            "_op": self, "differentiable": differentiable,
+            "__annotations__": annotations, "_op": self, "differentiable": differentiable,
         })
         if params:
             self.primitive.__init__ = _make_init(params)
@@ -489,9 +497,9 @@ def register(*ops, plugin: str | None = None, install: bool | str = False):
     Returns:
         PluginInfo: What was registered.
     """
-    import lazyx.core  # noqa: F401  (the plugins, and the namespace ops go into)
-    from .hookspecs import hookimpl
-    from .registry import register_plugin
+    if not registry.loaded():
+        raise PluginError("register: the plugins are not loaded yet; import lazyx.core first "
+                          "(the ops are installed into it).")
     for op in ops:
         if not isinstance(op, PrimitiveOp):
             raise ArgumentError(f"register expects ops made by custom_primitive, got {op!r}.")
@@ -511,4 +519,4 @@ def register(*ops, plugin: str | None = None, install: bool | str = False):
 
     module.lazyx_primitives = lazyx_primitives
     module.lazyx_ops = lazyx_ops
-    return register_plugin(module, name, "(not installed)", "")
+    return registry.register_plugin(module, name, "(not installed)", "")

@@ -10,9 +10,11 @@ evaluation costs more than most small kernels).
 from __future__ import annotations
 
 import contextlib
-import enum
+import os
 import threading
 
+from .backend import backend_for
+from .device_types import Device, DeviceType, Stream
 from .errors import DeviceError
 
 __all__ = [
@@ -20,58 +22,6 @@ __all__ = [
     "set_default_device", "default_stream", "set_default_stream", "new_stream",
     "stream", "to_stream", "synchronize", "is_available",
 ]
-
-
-class DeviceType(enum.Enum):
-    cpu = 0
-    gpu = 1
-
-    def __repr__(self) -> str:
-        return f"DeviceType.{self.name}"
-
-
-class Device:
-    """A device: ``Device(DeviceType.gpu, 0)``."""
-
-    __slots__ = ("type", "index")
-
-    def __init__(self, type: DeviceType, index: int = 0):
-        if not isinstance(type, DeviceType):
-            raise DeviceError(f"Device type must be a DeviceType, got {type!r}.")
-        self.type = type
-        self.index = index
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, DeviceType):
-            return self.type is other
-        return isinstance(other, Device) and other.type is self.type and other.index == self.index
-
-    def __hash__(self) -> int:
-        return hash((self.type, self.index))
-
-    def __repr__(self) -> str:
-        return f"Device({self.type.name}, {self.index})"
-
-
-class Stream:
-    """An ordered queue of work on ``device``."""
-
-    __slots__ = ("index", "device", "kind")
-
-    def __init__(self, index: int, device: Device):
-        self.index = index
-        self.device = device
-        # The device type as a plain int: the scheduler's dispatch-table index.
-        self.kind = device.type.value
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Stream) and other.index == self.index and other.device == self.device
-
-    def __hash__(self) -> int:
-        return hash((self.index, self.device))
-
-    def __repr__(self) -> str:
-        return f"Stream({self.device!r}, {self.index})"
 
 
 cpu = DeviceType.cpu
@@ -105,7 +55,6 @@ def _as_device(d) -> Device:
 
 def is_available(device) -> bool:
     """Whether an active backend can run work on ``device``."""
-    from .backend import backend_for
     d = _as_device(device)
     try:
         return backend_for(d.type).is_available()
@@ -116,7 +65,6 @@ def is_available(device) -> bool:
 def _check_available(d: Device) -> None:
     if d.type is DeviceType.cpu:
         return
-    from .backend import backend_for
     b = backend_for(d.type)
     if not b.is_available():
         raise DeviceError(f"Device {d!r} is not available: backend {b.name!r} says "
@@ -128,7 +76,6 @@ def choose_default_device() -> Device:
     it on import): ``LAZYX_DEFAULT_DEVICE`` (``cpu`` or ``gpu``) if set, else the GPU
     when an available backend runs it (as MLX defaults to the GPU), else the CPU."""
     global _initial
-    import os
     env = os.environ.get("LAZYX_DEFAULT_DEVICE", "").strip().lower()
     if env:
         if env not in ("cpu", "gpu"):
@@ -219,7 +166,6 @@ def to_stream(s) -> Stream:
 
 def synchronize(s=None) -> None:
     """Wait for the work queued on stream ``s`` (all streams when None)."""
-    from .backend import backend_for
     streams = _streams if s is None else [to_stream(s)]
     for st in streams:
         try:

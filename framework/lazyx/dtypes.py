@@ -3,14 +3,14 @@
 A :class:`Dtype` is a small immutable object; the module-level instances
 (``float32``, ``bfloat16``, ...) are the only ones that exist, so dtypes are
 compared with ``is``. Each carries the NumPy dtype that the CPU backend stores
-it as (``bfloat16`` through ml_dtypes).
+it as (``bfloat16`` through ml_dtypes, imported the first time a bfloat16's NumPy
+dtype is asked for: importing ml_dtypes costs several times importing NumPy).
 """
 
 from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DtypeError
@@ -70,13 +70,20 @@ class Dtype:
 
     __slots__ = ("name", "size", "np", "category", "kind", "index")
 
-    def __init__(self, name, np_dtype, category, kind, index):
+    def __init__(self, name, np_dtype, category, kind, index, size=None):
         self.name = name
-        self.np = np.dtype(np_dtype)
-        self.size = self.np.itemsize
+        if np_dtype is not None:
+            self.np = np.dtype(np_dtype)
+        self.size = self.np.itemsize if size is None else size
         self.category = category
         self.kind = kind
         self.index = index
+
+    # Called only for a slot that is still unset: ``bfloat16.np`` before its first use.
+    def __getattr__(self, attr):
+        if attr == "np" and self.name == "bfloat16":
+            return _load_bfloat16()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def __repr__(self) -> str:
         return f"lazyx.core.{self.name}"
@@ -92,8 +99,8 @@ class Dtype:
 _ALL: list[Dtype] = []
 
 
-def _make(name, np_dtype, category, kind):
-    d = Dtype(name, np_dtype, category, kind, len(_ALL))
+def _make(name, np_dtype, category, kind, size=None):
+    d = Dtype(name, np_dtype, category, kind, len(_ALL), size)
     _ALL.append(d)
     return d
 
@@ -110,7 +117,7 @@ int64 = _make("int64", np.int64, signedinteger, "i")
 float16 = _make("float16", np.float16, floating, "f")
 float32 = _make("float32", np.float32, floating, "f")
 float64 = _make("float64", np.float64, floating, "f")
-bfloat16 = _make("bfloat16", ml_dtypes.bfloat16, floating, "f")
+bfloat16 = _make("bfloat16", None, floating, "f", size=2)  # NumPy dtype: _load_bfloat16
 complex64 = _make("complex64", np.complex64, complexfloating, "c")
 
 ALL_DTYPES: tuple[Dtype, ...] = tuple(_ALL)
@@ -142,7 +149,17 @@ for _a, _row in zip(ALL_DTYPES, _TABLE_TEXT.split("\n")[1:-1]):
 
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NAME["bool"] = bool_
-_BY_NUMPY = {d.np: d for d in ALL_DTYPES}
+_BY_NUMPY = {d.np: d for d in ALL_DTYPES if d is not bfloat16}
+
+
+def _load_bfloat16() -> np.dtype:
+    """Import ml_dtypes (an optional-cost dependency: it loads on first use) and give
+    ``bfloat16`` its NumPy dtype."""
+    import ml_dtypes
+    dt = bfloat16.np = np.dtype(ml_dtypes.bfloat16)
+    _BY_NUMPY[dt] = bfloat16
+    return dt
+
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 # The dtype a Python scalar takes when it meets no array.
 _SCALAR_DEFAULT = {bool: bool_, int: int32, float: float32, complex: complex64}
@@ -207,6 +224,10 @@ def from_numpy(np_dtype) -> Dtype:
             d = _BY_NUMPY.get(np.dtype(np_dtype))
         except TypeError:
             d = None
+        if d is None and getattr(np_dtype, "name", np_dtype) == "bfloat16" \
+                and bfloat16 not in _BY_NUMPY.values():
+            _load_bfloat16()  # an ml_dtypes array met before lazyx needed bfloat16
+            return from_numpy(np_dtype)
         if d is None:
             raise DtypeError(f"NumPy dtype {np_dtype!r} has no lazyx equivalent.")
     return d
@@ -278,6 +299,18 @@ def can_cast(from_, to) -> bool:
     return _PROMOTE[(a, b)] is b and not (a.kind == "c" and b.kind != "c")
 
 
+class _Limits:
+    __slots__ = ("min", "max", "eps", "tiny", "resolution")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+_BFLOAT16_INFO = _Limits(min=-(2 - 2**-7) * 2.0**127, max=(2 - 2**-7) * 2.0**127, eps=2.0**-7,
+                         tiny=2.0**-126, resolution=0.010009765625)
+
+
 class finfo:
     """Machine limits of a floating point dtype: ``min``, ``max``, ``eps``, ``tiny``, ``dtype``."""
 
@@ -286,7 +319,9 @@ class finfo:
         if d.kind not in "fc":
             raise DtypeError(f"finfo needs a floating point dtype, got {d.name}.")
         self.dtype = d
-        info = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
+        # bfloat16's limits follow from its format (8 exponent bits, 7 mantissa bits),
+        # so asking for them does not import ml_dtypes.
+        info = _BFLOAT16_INFO if d is bfloat16 else np.finfo(d.np)
         self.min = float(info.min)
         self.max = float(info.max)
         self.eps = float(info.eps)

@@ -2,13 +2,22 @@
 
 Every error lazyx raises on purpose derives from :class:`LazyxError` and from the
 built-in exception a NumPy or MLX user would expect (``ValueError`` for shapes,
-``TypeError`` for dtypes, ...), so ``except ValueError`` keeps working.
+``TypeError`` for dtypes, ``MemoryError`` for an allocation that cannot be served,
+...), so ``except ValueError`` keeps working.
+
+One convention for messages: ``"[op] what is wrong, naming the argument and the
+shapes."``, where ``op`` is the public operation the user called (``[take]``,
+``[add]``, ``[getitem]``). Argument helpers shared by many ops (:mod:`lazyx.arguments`)
+take the op name from their caller; an op family built by one factory (the element-wise
+ops) names the op once, where its helpers' errors pass through, with :func:`at_op`.
+Errors found while evaluating name the primitive that ran (``[Gather]``), since the
+graph no longer knows which call built a node.
 """
 
 __all__ = [
     "LazyxError", "ArgumentError", "ShapeError", "AxisError", "DtypeError", "IndexOutOfRangeError",
     "KernelNotFoundError", "KernelOutputError", "TransformError", "PluginError",
-    "BackendError", "DeviceError",
+    "BackendError", "DeviceError", "OutOfMemoryError", "at_op",
 ]
 
 
@@ -58,3 +67,32 @@ class BackendError(LazyxError, ValueError):
 
 class DeviceError(LazyxError, ValueError):
     """An unknown or unavailable device."""
+
+
+class OutOfMemoryError(LazyxError, MemoryError):
+    """An array, or a buffer a kernel needs, larger than the memory lazyx can get."""
+
+
+def at_op(exc: LazyxError, op: str) -> LazyxError:
+    """``exc`` with its message prefixed by ``[op]``, unless it names an op already.
+
+    For the ``except`` clause of an op that lets a shared helper raise (free while
+    nothing raises): ``except LazyxError as e: raise at_op(e, "add")``.
+    """
+    if exc.args and type(exc.args[0]) is str and not exc.args[0].startswith("["):
+        exc.args = (f"[{op}] {exc.args[0]}",) + exc.args[1:]
+    return exc
+
+
+class KernelCompileError(LazyxError, RuntimeError):
+    """A kernel's source did not compile: generated C++ or CUDA, a plugin's CUDA or MSL
+    source. The message names the source and quotes the compiler's first error lines."""
+
+
+class HostOnlyKernelError(KernelNotFoundError):
+    """A kernel that would compute on the host was asked to run on a device backend
+    (a NumPy kernel handed device arrays): the device has no kernel for the primitive."""
+
+
+class MissingCompilerWarning(RuntimeWarning):
+    """No C++ compiler: compiled functions run unfused (warned once per process)."""

@@ -22,6 +22,30 @@ hookspec = pluggy.HookspecMarker("lazyx")
 hookimpl = pluggy.HookimplMarker("lazyx")
 
 
+def pack_hooks(primitives, ops):
+    """The ``lazyx_primitives`` and ``lazyx_ops`` hooks of an op pack made of two tables.
+
+    An op pack lists its primitive classes and its public names once; this gives it
+    both hooks, so its module ends with one line instead of two hook functions::
+
+        PRIMITIVES = [Fill, Full]
+        OPS = {"zeros": zeros, "full": full}
+        lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
+
+    pluggy finds hooks by attribute name, so the names the module binds them to are
+    what count.
+    """
+    @hookimpl
+    def lazyx_primitives():
+        return list(primitives)
+
+    @hookimpl
+    def lazyx_ops():
+        return dict(ops)
+
+    return lazyx_primitives, lazyx_ops
+
+
 @hookspec
 def lazyx_primitives():
     """Return the :class:`~lazyx.primitive.Primitive` subclasses this plugin defines.
@@ -42,8 +66,11 @@ def lazyx_ops():
     * ``"array.__add__"`` or ``"array.sum"`` installs a method (or property) on
       :class:`lazyx.core.array`.
 
-    Two plugins that return the same name are a :class:`~lazyx.errors.PluginError`
-    naming both distributions; the name is then unusable until one is removed.
+    A name lazyx itself provides (``"exp"``, ``"array.sum"``, ``"eval"``) stays
+    the built-in: a third-party claim on it is refused with a warning naming both
+    distributions. Two third-party plugins that return the same name are a
+    :class:`~lazyx.errors.PluginError` naming both distributions; the name is then
+    unusable until one is removed.
     """
 
 

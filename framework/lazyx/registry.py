@@ -2,15 +2,31 @@
 
 Plugins are found through the entry-point group ``lazyx`` (see
 :mod:`lazyx.hookspecs`). Loading happens once, when ``lazyx.core`` is first
-imported. A plugin that fails to import is recorded with its real exception and
-its distribution, reported with one warning, and skipped: ``import
-lazyx.core`` still works. Two plugins claiming one name make that name raise a
-:class:`PluginError` naming both distributions.
+imported, in this order:
+
+1. choose the entry points: the ``lazyx`` distribution's own (the built-in packs
+   and backends) first; a third-party entry point that reuses a built-in's name
+   (or another plugin's) is skipped; with ``LAZYX_DISABLE_PLUGIN_AUTOLOAD`` set,
+   third-party entry points are skipped unless ``LAZYX_PLUGINS`` names them;
+2. import each plugin; one that fails (any exception, ``sys.exit`` included; not
+   ``KeyboardInterrupt``) is recorded with its real exception and skipped;
+3. run its hooks and check what they return before anything is registered, so
+   a hook that raises leaves nothing half-registered;
+4. register primitives, backends, kernel overrides and names. A built-in name
+   (one the ``lazyx`` distribution registers, or ``lazyx.core`` defines itself)
+   always stays the built-in's, whatever the order: a third-party claim on it is
+   refused. Two third-party plugins claiming one other name make that name raise
+   a :class:`PluginError` naming both distributions.
+
+Every skip and refusal is one ``RuntimeWarning`` naming the distribution(s),
+and is listed by ``lazyx info``; ``import lazyx.core`` itself never fails
+because of a plugin.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as _md
+import os
 import traceback
 import types
 import warnings
@@ -18,73 +34,55 @@ import warnings
 import pluggy
 
 from . import hookspecs
+from .backend import Backend, invalidate_dispatch, register_backend, registered_backends
 from .errors import PluginError
+from .primitive import Primitive
+from .providers import (CORE_DISTRIBUTION, PluginInfo, conflicts, kernel_conflicts,
+                        kernel_overrides, ops, plugins, primitives, provider_of, skipped)
 
-__all__ = ["PluginInfo", "plugin_manager", "plugins", "primitives", "ops",
-           "load_plugins", "provider_of", "register_plugin", "examples"]
+__all__ = ["PluginInfo", "plugin_manager", "plugins", "primitives", "ops", "skipped",
+           "load_plugins", "loaded", "provider_of", "register_plugin", "examples"]
 
 ENTRY_POINT_GROUP = "lazyx"
-CORE_DISTRIBUTION = "lazyx"
-
-
-class PluginInfo:
-    """What one plugin is and what it registered."""
-
-    __slots__ = ("name", "distribution", "version", "module", "error",
-                 "primitives", "ops", "backends", "kernels")
-
-    def __init__(self, name, distribution, version, module=None, error=None):
-        self.name = name
-        self.distribution = distribution
-        self.version = version
-        self.module = module
-        self.error = error
-        self.primitives: list = []
-        self.ops: list[str] = []
-        self.backends: list[str] = []
-        self.kernels: list[tuple[str, str]] = []
-
-    @property
-    def label(self) -> str:
-        version = f" {self.version}" if self.version else ""
-        return f"plugin {self.name!r} of distribution {self.distribution!r}{version}"
-
-    def __repr__(self) -> str:
-        return f"PluginInfo({self.name!r}, {self.distribution!r}, {self.version!r})"
+# Like pytest's PYTEST_DISABLE_PLUGIN_AUTOLOAD: any non-empty value disables it.
+AUTOLOAD_ENV = "LAZYX_DISABLE_PLUGIN_AUTOLOAD"
+PLUGINS_ENV = "LAZYX_PLUGINS"
 
 
 plugin_manager = pluggy.PluginManager("lazyx")
 plugin_manager.add_hookspecs(hookspecs)
 
-plugins: dict[str, PluginInfo] = {}
-primitives: dict[type, PluginInfo] = {}
-ops: dict[str, tuple[object, PluginInfo]] = {}
-conflicts: dict[str, list[PluginInfo]] = {}
-kernel_overrides: dict[tuple[str, type], tuple[object, PluginInfo]] = {}
-kernel_conflicts: dict[tuple[str, type], list[PluginInfo]] = {}
 _loaded = False
 _namespace_targets: list = []
+# What lazyx.core defines itself, for names it reserves: stands in as their owner.
+_CORE = PluginInfo("lazyx.core", CORE_DISTRIBUTION, "")
 
 
 def load_plugins(core_namespace: dict, reserved: set[str]) -> None:
     """Discover and register every plugin; install their ops into ``lazyx.core``.
 
+    Never raises because of a plugin: a plugin that cannot be loaded is skipped
+    with a warning naming its distribution.
+
     Args:
         core_namespace: the globals of ``lazyx.core``.
-        reserved: names ``lazyx.core`` defines itself (claiming one is a conflict).
+        reserved: names ``lazyx.core`` defines itself (a third-party claim on one is refused).
     """
     global _loaded
     if _loaded:
         return
     _loaded = True
-    _namespace_targets.append((core_namespace, reserved))
-    for ep in _entry_points():
-        dist = ep.dist.name if ep.dist is not None else "?"
-        version = ep.dist.version if ep.dist is not None else "?"
+    array_cls = core_namespace.get("array")
+    # The array class's own attributes (shape, dtype, item ...) are built-ins too.
+    array_own = set(vars(array_cls)) if isinstance(array_cls, type) else set()
+    _namespace_targets.append((core_namespace, reserved, array_own))
+    for ep, info in _entry_points():
         try:
             module = ep.load()
-        except Exception as exc:
-            info = PluginInfo(ep.name, dist, version, error=exc)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # sys.exit in a plugin must not end the import
+            info.error = exc
             plugins[ep.name] = info
             warnings.warn(
                 f"lazyx: {info.label} failed to import and was skipped: "
@@ -92,19 +90,76 @@ def load_plugins(core_namespace: dict, reserved: set[str]) -> None:
                 + "".join(traceback.format_exception_only(type(exc), exc)).rstrip(),
                 RuntimeWarning, stacklevel=2)
             continue
-        register_plugin(module, ep.name, dist, version)
+        try:
+            register_plugin(module, ep.name, info.distribution, info.version)
+        except PluginError as exc:  # its name was taken while plugins imported
+            _skip(info, str(exc))
+
+
+def loaded() -> bool:
+    """Whether the plugins are loaded (``import lazyx.core`` loads them)."""
+    return _loaded
 
 
 def _entry_points():
-    eps = _md.entry_points(group=ENTRY_POINT_GROUP)
-    # The core's own plugins first, so a third-party conflict names them second.
-    return sorted(eps, key=lambda ep: (ep.dist is None or ep.dist.name != CORE_DISTRIBUTION, ep.name))
+    """The entry points to load, as ``(entry point, PluginInfo)``; records the rest in ``skipped``."""
+    # A distribution's name and version parse its metadata file: once per distribution.
+    seen: dict = {}
+
+    def dist_of(ep):
+        d = ep.dist
+        if d is None:
+            return ("?", "?")
+        got = seen.get(id(d))
+        if got is None:
+            got = seen[id(d)] = (d.name, d.version)
+        return got
+
+    # The core's own plugins first, so their names are taken before any third party's.
+    eps = sorted(_md.entry_points(group=ENTRY_POINT_GROUP),
+                 key=lambda ep: (dist_of(ep)[0] != CORE_DISTRIBUTION, ep.name))
+    autoload = not os.environ.get(AUTOLOAD_ENV)
+    wanted = {n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()}
+    chosen: dict[str, PluginInfo] = {}
+    out = []
+    for ep in eps:
+        info = PluginInfo(ep.name, *dist_of(ep))
+        first = chosen.get(ep.name)
+        if first is not None:
+            what = "a built-in pack of lazyx" if first.builtin else "another plugin"
+            _skip(info, f"its entry-point name {ep.name!r} is taken by {what} "
+                        f"({first.label}); rename the entry point")
+        elif not (info.builtin or autoload or ep.name in wanted):
+            # Asked for: recorded for ``lazyx info``, without a warning (as pytest's
+            # PYTEST_DISABLE_PLUGIN_AUTOLOAD).
+            skipped.append((info, f"{AUTOLOAD_ENV} is set and {PLUGINS_ENV} does not name "
+                                  f"{ep.name!r}"))
+        else:
+            chosen[ep.name] = info
+            out.append((ep, info))
+    if not autoload:
+        for name in sorted(wanted - {ep.name for ep in eps}):
+            warnings.warn(f"lazyx: {PLUGINS_ENV} names {name!r}, but no installed distribution "
+                          f"has a {ENTRY_POINT_GROUP!r} entry point of that name.",
+                          RuntimeWarning, stacklevel=3)
+    return out
+
+
+def _skip(info: PluginInfo, reason: str) -> None:
+    skipped.append((info, reason))
+    warnings.warn(f"lazyx: {info.label} was skipped: {reason.rstrip('.')}.", RuntimeWarning,
+                  stacklevel=4)
 
 
 def register_plugin(module, name: str, distribution: str = "?", version: str = "?") -> PluginInfo:
     """Register one plugin object and apply its hooks.
 
     Entry points call this for you; tests and notebooks may call it directly.
+    A plugin whose hooks raise (``SystemExit`` included) is recorded with the
+    error, warned about and registers nothing.
+
+    Raises:
+        PluginError: a plugin of that name is already registered.
     """
     if name in plugins and plugins[name].error is None:
         raise PluginError(f"A plugin named {name!r} is already registered "
@@ -119,11 +174,16 @@ def register_plugin(module, name: str, distribution: str = "?", version: str = "
         return info
     plugins[name] = info
     try:
-        _apply(module, info)
-    except Exception as exc:
+        hooks = _collect(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit in a hook must not end the import
         info.error = exc
-        warnings.warn(f"lazyx: {info.label} raised while registering: "
+        plugin_manager.unregister(module)
+        warnings.warn(f"lazyx: {info.label} raised while registering and was skipped: "
                       f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+        return info
+    _apply(hooks, info)
     return info
 
 
@@ -135,16 +195,52 @@ def _call(hook_name, module):
     return None
 
 
-def _apply(module, info: PluginInfo) -> None:
-    from .backend import register_backend, invalidate_dispatch
+def _collect(module):
+    """Run the plugin's registration hooks (its code) and check what they return.
 
-    for cls in _call("lazyx_primitives", module) or ():
+    Everything that can fail happens here, before :func:`_apply` changes any table.
+    """
+    taken = registered_backends()
+    prims = list(_call("lazyx_primitives", module) or ())
+    for cls in prims:
+        if not (isinstance(cls, type) and issubclass(cls, Primitive)):
+            raise PluginError(f"lazyx_primitives returned {cls!r}, which is not a Primitive subclass.")
+    backends = list(_call("lazyx_backends", module) or ())
+    for i, b in enumerate(backends):
+        if not isinstance(b, Backend):
+            raise PluginError(f"lazyx_backends returned {b!r}, which is not a lazyx Backend.")
+        if b.name in taken or any(b.name == other.name for other in backends[:i]):
+            raise PluginError(f"its backend {b.name!r} is already registered; choose another name.")
+    kernels = [tuple(k) for k in _call("lazyx_kernels", module) or ()]
+    for k in kernels:
+        if len(k) != 3 or not isinstance(k[0], str) or not isinstance(k[1], type):
+            raise PluginError(f"lazyx_kernels returned {k!r}, not a (backend name, "
+                              f"primitive class, kernel) triple.")
+    names = dict(_call("lazyx_ops", module) or {})
+    for n in names:
+        if not isinstance(n, str) or not n or n.startswith(".") or n.endswith("."):
+            raise PluginError(f"lazyx_ops returned the name {n!r}; names are 'op', "
+                              f"'namespace.op' or 'array.method'.")
+    return prims, backends, kernels, names
+
+
+def _apply(hooks, info: PluginInfo) -> None:
+    prims, backends, kernels, names = hooks
+    for cls in prims:
+        owner = primitives.get(cls)
+        if owner is not None and owner is not info and owner.builtin != info.builtin:
+            # A built-in primitive keeps its provider, whichever came first.
+            loser, winner = (info, owner) if owner.builtin else (owner, info)
+            _refuse(f"primitive {cls.__name__}", loser, winner)
+            if loser is info:
+                continue
+            owner.primitives.remove(cls)
         primitives[cls] = info
         info.primitives.append(cls)
-    for backend in _call("lazyx_backends", module) or ():
+    for backend in backends:
         register_backend(backend, info)
         info.backends.append(backend.name)
-    for backend_name, cls, fn in _call("lazyx_kernels", module) or ():
+    for backend_name, cls, fn in kernels:
         key = (backend_name, cls)
         if key in kernel_overrides or key in kernel_conflicts:
             # Neither override is used: resolve_kernel raises, naming every plugin.
@@ -157,15 +253,61 @@ def _apply(module, info: PluginInfo) -> None:
             kernel_overrides[key] = (fn, info)
         info.kernels.append((backend_name, cls.name))
     invalidate_dispatch()
-    for name, fn in (_call("lazyx_ops", module) or {}).items():
+    for name, fn in names.items():
         _install_op(name, fn, info)
 
 
+def _builtin_owner(name: str):
+    """The built-in that owns ``name`` (a PluginInfo of the lazyx distribution), else None."""
+    namespace, reserved, array_own = _namespace_targets[0]
+    if name in ops and ops[name][1].builtin:
+        return ops[name][1]
+    prefix, _, attr = name.rpartition(".")
+    if not prefix:
+        if name in reserved:
+            return _CORE
+        # A plain name over a namespace of built-in ops (``random``) would hide them all.
+        inside = [o for n, (_, o) in ops.items() if n.startswith(name + ".") and o.builtin]
+        return inside[0] if inside else None
+    if prefix == "array":
+        return _CORE if attr in array_own else None
+    # ``eval.x`` would replace lazyx.core.eval by a namespace.
+    head = prefix.split(".", 1)[0]
+    if head in ops and ops[head][1].builtin:
+        return ops[head][1]
+    if head in reserved and not isinstance(namespace.get(head), types.ModuleType):
+        return _CORE
+    return None
+
+
+def _refuse(name: str, info: PluginInfo, owner: PluginInfo) -> None:
+    info.refused.append((name, owner.label))
+    warnings.warn(f"lazyx: {info.label} claims {name!r}, which is built in ({owner.label}); "
+                  f"the claim is refused and the built-in is kept.", RuntimeWarning, stacklevel=4)
+
+
 def _install_op(name: str, fn, info: PluginInfo) -> None:
-    namespace, reserved = _namespace_targets[0]
-    if name in ops or name in conflicts or ("." not in name and name in reserved):
-        owners = conflicts.get(name) or ([ops[name][1]] if name in ops else [
-            PluginInfo("core", CORE_DISTRIBUTION, "")])
+    namespace, reserved, _ = _namespace_targets[0]
+    if not info.builtin:
+        owner = _builtin_owner(name)
+        if owner is not None:
+            _refuse(name, info, owner)
+            return
+    else:
+        # A built-in wins whatever order the plugins came in: third-party claims
+        # on its name made earlier are withdrawn (the built-in overwrites the attribute).
+        earlier = conflicts.get(name) or ([ops[name][1]] if name in ops else [])
+        if earlier and not any(o.builtin for o in earlier):
+            conflicts.pop(name, None)
+            ops.pop(name, None)
+            for other in earlier:
+                if name in other.ops:
+                    other.ops.remove(name)
+                _refuse(name, other, info)
+    if name in ops or name in conflicts or name in reserved:
+        # Two third-party plugins, or two parts of lazyx itself (a bug in lazyx; a
+        # built-in pack may still replace an array method the class defines).
+        owners = conflicts.get(name) or [ops[name][1] if name in ops else _CORE]
         conflicts[name] = owners + [info]
         ops.pop(name, None)
         target, attr = _target(namespace, name)
@@ -238,9 +380,3 @@ def examples() -> dict:
         for cls, make in _call("lazyx_examples", info.module) or ():
             out.setdefault(cls, []).append((make, info))
     return out
-
-
-def provider_of(prim) -> str:
-    """Which plugin registered ``prim``'s class, as text for error messages."""
-    info = primitives.get(type(prim))
-    return info.label if info is not None else "an unregistered primitive"

@@ -9,6 +9,9 @@ each node once on the calling thread:
   table, else the primitive's own ``eval_cpu``/``eval_gpu``, else a
   :class:`KernelNotFoundError` naming primitive, device and backend);
 * outputs are checked against the shapes and dtypes the graph promised;
+* a kernel whose allocation fails (``MemoryError``) becomes an
+  :class:`OutOfMemoryError` naming the primitive, its output shape and dtype, the
+  bytes and the memory limit (one ``except`` around the loop: free until it raises);
 * the node is then detached (primitive and inputs dropped) and the walk's own
   reference released, so an intermediate is freed as soon as its last
   consumer has run, unless a transform asked to retain the graph.
@@ -20,9 +23,13 @@ from weakref import ref as _weakref
 
 import numpy as np
 
+from . import array as _array_module
 from . import backend as _backend
 from .array import array
-from .errors import KernelOutputError
+from .backend import is_device_buffer
+from .errors import KernelOutputError, LazyxError
+from .memory import out_of_memory
+from .providers import provider_of
 
 __all__ = ["eval", "async_eval", "eval_arrays", "retain_graph", "tree_arrays"]
 
@@ -171,8 +178,17 @@ def eval_arrays(roots) -> None:
                         s._siblings = None
                 if keep:
                     retained.append(_weakref(a))
+    except MemoryError as e:
+        if isinstance(e, LazyxError):
+            raise
+        raise out_of_memory(a._prim.name if a._prim is not None else "eval", a._shape,
+                            a._dtype, f"while evaluating; the kernel said: {e}") from None
     finally:
         cpu.exit_eval(token)
+
+
+# Arrays evaluate themselves (``item()``, ``np.asarray``) through the scheduler.
+_array_module.evaluate = eval_arrays
 
 
 def _check_shape_rule(prim, a) -> None:
@@ -191,14 +207,12 @@ def _fix_single(out, a):
                 return out
         else:
             _bad_output(a._prim, out, (a,))
-    from .backend import is_device_buffer
     if is_device_buffer(out):
         return out
     return _asarray(out)
 
 
 def _bad_output(prim, outs, expected) -> None:
-    from .registry import provider_of
     got = ", ".join(f"{getattr(o, 'shape', '?')} {getattr(o, 'dtype', type(o).__name__)}" for o in outs)
     want = ", ".join(f"{e._shape} {e._dtype.np}" for e in expected)
     raise KernelOutputError(
@@ -208,5 +222,4 @@ def _bad_output(prim, outs, expected) -> None:
 
 def _fix_output(o):
     """A kernel output that is not a NumPy array: a device buffer stays as it is."""
-    from .backend import is_device_buffer
     return o if is_device_buffer(o) else _asarray(o)

@@ -554,10 +554,10 @@ def test_eager_ops_without_an_expression_run_the_fallback():
 
 
 def test_kernels_that_do_not_compile_warn_once_and_run_unfused(host_gpu, monkeypatch):
-    from lazyx.errors import LazyxError
+    from lazyx.errors import KernelCompileError
 
     def broken(self, kernel, name, config, args):
-        raise LazyxError("The CUDA kernel source x.cu did not compile (NVRTC):\n  error")
+        raise KernelCompileError("The CUDA kernel source x.cu did not compile (NVRTC):\n  error")
     monkeypatch.setattr(HostRunner, "launch", broken)
     monkeypatch.setattr(cuda_compiled, "_broken", set())
     xd = random_array((3, 4), f32, rng(10))

@@ -1,5 +1,5 @@
-"""Building kernels: the compiler search, the disk cache (reuse across processes, atomic
-writes under concurrency), a missing compiler and compiler errors."""
+"""Building kernels: the compiler search, the disk cache (reuse across processes, one
+build under concurrency), a missing compiler and compiler errors."""
 
 import json
 import os
@@ -90,15 +90,16 @@ def test_two_processes_building_one_kernel_at_once_leave_one_complete_library(tm
     procs = [_child({"LAZYX_CACHE_DIR": cache}, start=start, salt=0.25) for _ in range(2)]
     results = [_result(p) for p in procs]
     assert all(r["ok"] for r in results)
-    # Both compiled (they raced), and the folder holds one library and one source per
-    # kernel, no temporary files.
-    assert all(r["stats"]["compiled"] >= 2 for r in results), results
+    # Each library was compiled once (the other process waited on its lock, then loaded
+    # it), and the folder holds one library, source, sidecar and lock per kernel, no
+    # temporary files. (tests/codegen/test_kernel_cache.py races more processes.)
     names = sorted(os.listdir(cache))
     assert not [n for n in names if n.startswith(".")], names
     libraries = _libraries(names)
-    assert len(libraries) == results[0]["stats"]["compiled"]
+    assert sum(r["stats"]["compiled"] for r in results) == len(libraries) >= 3, results
+    assert all(r["stats"]["compiled"] + r["stats"]["disk"] == len(libraries) for r in results)
     kernels = [n for n in names if not n.startswith("lx_pre_")]  # not the shared preamble
-    assert len(kernels) == 2 * len(libraries), names
+    assert len(kernels) == 4 * len(libraries), names
     # A third process loads what they left.
     third = _result(_child({"LAZYX_CACHE_DIR": cache}, salt=0.25))
     assert third["ok"] and third["stats"]["compiled"] == 0

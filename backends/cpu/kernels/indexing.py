@@ -14,9 +14,15 @@ from lazyx.plugins import indexing as ix
 _REDUCE = {"add": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def _out_of_range(p, e):
-    return IndexOutOfRangeError(f"[{p.name}] {e}: an index array holds a position outside "
-                                f"the array.")
+def _out_of_range(p, ins, e):
+    # Raised at evaluation, where only the primitive is known: name it, the shapes, and
+    # the ops that build it. NumPy's own words follow.
+    shapes = ", ".join(str(getattr(x, "shape", ())) for x in ins[1:])
+    return IndexOutOfRangeError(
+        f"[{p.name}] An index array holds a position outside the array of shape "
+        f"{ins[0].shape} (index and update shapes {shapes}); NumPy says: {e}. Indices "
+        f"given as lazyx arrays to take, take_along_axis, put_along_axis, a[...] or "
+        f"a.at[...] are checked when evaluated.")
 
 
 def _key(p, ins):
@@ -34,7 +40,7 @@ def _gather(p, ins):
             return np.take(x, ins[1], axis=ax)
         return x[_key(p, ins)]
     except IndexError as e:
-        raise _out_of_range(p, e) from None
+        raise _out_of_range(p, ins, e) from None
 
 
 def _slice_update(p, ins):
@@ -52,7 +58,7 @@ def _scatter(p, ins):
         else:
             _REDUCE[p.reduce].at(out, key, ins[1])
     except IndexError as e:
-        raise _out_of_range(p, e) from None
+        raise _out_of_range(p, ins, e) from None
     return out
 
 
@@ -61,7 +67,7 @@ def _gather_axis(p, ins):
     try:
         return np.take_along_axis(x, idx, axis=p.axis)
     except IndexError as e:
-        raise _out_of_range(p, e) from None
+        raise _out_of_range(p, ins, e) from None
 
 
 def _scatter_axis(p, ins):
@@ -75,7 +81,7 @@ def _scatter_axis(p, ins):
     try:
         np.put_along_axis(out, np.broadcast_to(idx, full), np.broadcast_to(v, full), axis=ax)
     except IndexError as e:
-        raise _out_of_range(p, e) from None
+        raise _out_of_range(p, ins, e) from None
     return out
 
 

@@ -83,6 +83,18 @@ def as_strided_kernel(as_strided):
         if not (0 <= p.offset < flat.size):
             raise IndexOutOfRangeError(f"[as_strided] offset {p.offset} is outside an array "
                                        f"of {flat.size} elements.")
+        # The op checks this too, but a node may come from elsewhere (a function file):
+        # the view must never reach memory outside the input.
+        low = high = p.offset
+        for d, st in zip(p.shape, p.strides):
+            if st > 0:
+                high += (d - 1) * st
+            else:
+                low += (d - 1) * st
+        if low < 0 or high >= flat.size:
+            raise IndexOutOfRangeError(
+                f"[as_strided] shape {p.shape}, strides {p.strides} and offset {p.offset} "
+                f"reach elements {low} to {high} of an array of {flat.size} elements.")
         item = flat.itemsize
         return as_strided(flat[p.offset:], p.shape, tuple(s * item for s in p.strides))
     return kernel

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from importlib import resources
 
-import ml_dtypes
 import numpy as np
 
-#: NumPy dtype -> the template argument of axpby.cu and the dtype its buffers are viewed as.
+from lazyx.extend import CudaKernel, broadcast_shapes, cuda_launch_config
+
+from .kernels import _unsupported
+
+#: NumPy dtype name -> the template argument of axpby.cu and the dtype its buffers are
+#: viewed as (by name: ml_dtypes' bfloat16 is imported only when it is used).
 _TYPES = {
-    np.dtype(np.float32): ("F32", None),
-    np.dtype(np.float64): ("F64", None),
-    np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
-    np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16)),
-    np.dtype(np.complex64): ("C64", None),
+    "float32": ("F32", None),
+    "float64": ("F64", None),
+    "float16": ("F16", np.dtype(np.uint16)),
+    "bfloat16": ("BF16", np.dtype(np.uint16)),
+    "complex64": ("C64", None),
 }
 
 _kernel = None
@@ -28,7 +32,6 @@ _kernel = None
 def _source():
     global _kernel
     if _kernel is None:
-        from lazyx.backends.cuda import CudaKernel
         src = resources.files("lazyx_axpby").joinpath("axpby.cu").read_text()
         names = [f"axpby_{path}<{t}>" for path in ("contiguous", "strided")
                  for t, _ in _TYPES.values()]
@@ -38,14 +41,11 @@ def _source():
 
 def cuda_kernel(prim, inputs):
     """``alpha * x + beta * y`` on the GPU, into a new CuPy array of the broadcast shape."""
-    import cupy as cp
-    from lazyx.arguments import broadcast_shapes
-    from lazyx.backends.cuda import launch_config
+    import cupy as cp  # only where a kernel runs: the package imports without a GPU
 
-    from .kernels import _unsupported
     x, y = inputs
     dt = x.dtype
-    kind = _TYPES.get(dt)
+    kind = _TYPES.get(dt.name)
     if kind is None or y.dtype != dt:
         raise _unsupported(dt if kind is None else f"{dt} with {y.dtype}")
     tag, view = kind
@@ -55,7 +55,7 @@ def cuda_kernel(prim, inputs):
     if n == 0:
         return out
     xs, ys, os_ = (a if view is None else a.view(view) for a in (x, y, out))
-    grid, block = launch_config(n)
+    grid, block = cuda_launch_config(n)
     alpha, beta = np.float64(prim.alpha), np.float64(prim.beta)
     if x.shape == shape and y.shape == shape and x.flags.c_contiguous and y.flags.c_contiguous:
         fn = _source().function(f"axpby_contiguous<{tag}>")

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import warnings
 
-import ml_dtypes
 import numpy as np
 
-from lazyx.arguments import broadcast_shapes
-from lazyx.errors import DtypeError
+from lazyx.extend import DtypeError, broadcast_shapes
 
 try:
     from . import _ext
@@ -34,15 +32,16 @@ except ImportError as exc:  # a build for another Python or CPU: NumPy still wor
 
 _UINT16 = np.dtype(np.uint16)
 _FLOAT32 = np.dtype(np.float32)
-_HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_HALVES = ("float16", "bfloat16")
 
-#: NumPy dtype -> (the dtype name the C++ kernel knows, the view it needs or None).
+#: NumPy dtype name -> (the dtype name the C++ kernel knows, the view it needs or None).
+#: By name: bfloat16 is ml_dtypes' type, which lazyx imports only when it is used.
 _NATIVE = {
-    np.dtype(np.float32): ("float32", None),
-    np.dtype(np.float64): ("float64", None),
-    np.dtype(np.complex64): ("complex64", None),
-    np.dtype(np.float16): ("float16", _UINT16),
-    np.dtype(ml_dtypes.bfloat16): ("bfloat16", _UINT16),
+    "float32": ("float32", None),
+    "float64": ("float64", None),
+    "complex64": ("complex64", None),
+    "float16": ("float16", _UINT16),
+    "bfloat16": ("bfloat16", _UINT16),
 }
 
 
@@ -55,7 +54,7 @@ def native_kernel(prim, inputs):
     """``alpha * x + beta * y`` by the C++ kernel, into a new array of the broadcast shape."""
     x, y = inputs
     dt = x.dtype
-    kind = _NATIVE.get(dt)
+    kind = _NATIVE.get(dt.name)
     if kind is None or (y.dtype is not dt and y.dtype != dt):
         raise _unsupported(dt if kind is None else f"{dt} with {y.dtype}")
     name, view = kind
@@ -71,9 +70,9 @@ def reference_kernel(prim, inputs):
     """``alpha * x + beta * y`` in NumPy (float16 and bfloat16 computed in float32)."""
     x, y = inputs
     dt = x.dtype
-    if dt not in _NATIVE:
+    if dt.name not in _NATIVE:
         raise _unsupported(dt)
-    if dt in _HALVES:
+    if dt.name in _HALVES:
         x, y = x.astype(_FLOAT32), y.astype(_FLOAT32)
     # Python floats are weak in NumPy 2: a float32 array is scaled by float32(alpha).
     out = prim.alpha * x + prim.beta * y

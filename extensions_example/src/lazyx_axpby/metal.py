@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lazyx.core as mx
-from lazyx.backends.metal import MetalKernel
+from lazyx.extend import MetalKernel
 
 #: ``alpha * x + beta * y``: functions ``axpby_contiguous_<dtype>`` and
 #: ``axpby_general_<dtype>``, buffers in MetalKernel's default order (x, y, out, alpha,

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import numbers
 
-from lazyx import dtypes as dt
-from lazyx.arguments import binary_operands, broadcast_shapes, cast
-from lazyx.array import array, lazy
-from lazyx.codegen import ir
-from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, KernelNotFoundError
-from lazyx.primitive import Primitive
-from lazyx.transforms.rules import align_batched, broadcast_to_shape, sum_to_shape
+from lazyx.extend import (ArgumentError, KernelNotFoundError, Primitive, align_batched, array,
+                          binary_operands, broadcast_shapes, broadcast_to_shape, cast, ir, lazy,
+                          sum_to_shape, to_stream)
+from lazyx.extend import dtypes as dt
 
 import lazyx.core as mx
 
@@ -56,6 +52,8 @@ class Axpby(Primitive):
     """
 
     __slots__ = ("alpha", "beta")
+    alpha: float
+    beta: float
 
     def __init__(self, stream, alpha: float, beta: float):
         self.stream = stream
@@ -155,4 +153,4 @@ def axpby(x, y, alpha: float, beta: float, *, stream=None) -> array:
     out = _RESULT.get(d)
     if out is None:
         x, y, out = cast(x, dt.float32, stream), cast(y, dt.float32, stream), dt.float32
-    return lazy(broadcast_shapes(x._shape, y._shape), out, Axpby(to_stream(stream), alpha, beta), (x, y))
+    return lazy(broadcast_shapes(x.shape, y.shape), out, Axpby(to_stream(stream), alpha, beta), (x, y))

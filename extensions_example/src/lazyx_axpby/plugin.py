@@ -9,8 +9,7 @@ importing this package.
 
 from __future__ import annotations
 
-from lazyx import hookimpl
-from lazyx.transforms.examples import example, uniform
+from lazyx.extend import example, hookimpl, uniform
 
 from .cuda import cuda_kernel
 from .kernels import reference_kernel

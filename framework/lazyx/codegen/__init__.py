@@ -13,4 +13,8 @@ Renderers for other languages (CUDA C++, MSL) plug into the same IR.
 
 from . import ir
 
-__all__ = ["ir"]
+__all__ = ["ir", "PREAMBLE_END"]
+
+#: The line a generated source's shared preamble ends with: renderers write it, and
+#: :mod:`~lazyx.codegen.jit` precompiles what comes before it once for every kernel.
+PREAMBLE_END = "// ---- end of the shared preamble ----\n"

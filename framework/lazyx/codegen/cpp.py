@@ -42,7 +42,7 @@ import math
 
 from .. import dtypes as dt
 from .ir import Expr, Program
-from .jit import PREAMBLE_END
+from . import PREAMBLE_END
 
 __all__ = ["render", "COMPUTE_TYPES", "STORAGE_TYPES", "TEMPLATES", "HELPERS", "Dialect",
            "CPP", "MAX_DIMS"]

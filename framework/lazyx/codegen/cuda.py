@@ -76,7 +76,7 @@ KERNELS = ("lx_contiguous", "lx_strided", "lx_strided_wide")
 #: Bytes a thread moves per load or store of its widest buffer in the contiguous kernel.
 PACK_BYTES = 16
 
-_ITEMSIZE = {d: d.np.itemsize for d in COMPUTE_TYPES}
+_ITEMSIZE = {d: d.size for d in COMPUTE_TYPES}
 
 
 def vector_width(program: Program, scalar: tuple) -> int:

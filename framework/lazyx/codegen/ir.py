@@ -24,7 +24,6 @@ reference semantics of each op are those of the lazyx operation named in
 
 from __future__ import annotations
 
-import hashlib
 import math
 import weakref
 
@@ -366,6 +365,7 @@ class Program:
     def digest(self) -> str:
         """A short hash of :meth:`text`, the program's name in logs and file names."""
         if self._digest is None:
+            import hashlib  # start-up: the first digest pays for it, not every import
             self._digest = hashlib.sha256(self.text().encode()).hexdigest()[:16]
         return self._digest
 

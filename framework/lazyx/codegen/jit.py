@@ -10,9 +10,29 @@ The compiler is ``$CXX`` when set (then only that one), else the first of
 folder when none of these can be written), named by a hash of the source, the
 compiler's version, the flags and the CPU: a later process loads them without
 compiling. The source is kept beside the library (``lx_<hash>.cpp``), so error
-messages and profilers can point at it. Files are written under a temporary
-name and moved into place with ``os.replace``, so two processes that build the
-same kernel at once both end with a complete library, never a torn one.
+messages and profilers can point at it. An entry's flow:
+
+1. take the entry's file lock (``lx_<hash>.lock``, :mod:`filelock`): processes
+   that want the same kernel at once wait for the first, which builds it;
+2. check the entry against its sidecar (``lx_<hash>.meta``, JSON: the size and
+   SHA-256 of each file, the compiler's version line, when it was created and
+   last used). A missing, unreadable or mismatched sidecar, or a file of another
+   size or hash (empty, truncated, random bytes, a stale build) means the entry
+   is deleted and built again: loading a truncated library would kill the
+   process (SIGBUS), so nothing is loaded unchecked;
+3. build: every file is written under a temporary name and moved into place with
+   ``os.replace``, the library first and its sidecar last, so a reader never
+   sees a torn file, and a crash between the two leaves an entry without a
+   sidecar, which is rebuilt;
+4. after a new entry, evict the least recently used entries while the cache is
+   larger than ``$LAZYX_CACHE_MAX_MB`` (:data:`DEFAULT_MAX_MB` by default),
+   skipping any whose lock another process holds and those this process still
+   reads from disk (its precompiled headers). A library this process has loaded
+   may go: on Linux unlinking a mapped file leaves the mapping intact.
+
+The precompiled header of the kernels' shared preamble (GCC's ``.gch``) is an
+entry of the same kind (``lx_pre_<hash>``). :func:`cache_info` and
+:func:`clear_cache` are what ``lazyx cache`` and ``lazyx cache clear`` print and do.
 
 **Memory cache.** A library is loaded once per process; :func:`build` of the
 same source again is a dictionary hit.
@@ -26,9 +46,11 @@ Without Python's headers the addresses are read in Python and ctypes calls.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
+import json
 import os
 import platform
 import shlex
@@ -38,13 +60,16 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import uuid
 import warnings
 from pathlib import Path
 
-from ..errors import LazyxError
+from . import PREAMBLE_END
+from ..errors import KernelCompileError, LazyxError, MissingCompilerWarning
 
-__all__ = ["KernelCompileError", "compiler", "available", "cache_dir", "build", "FLAGS",
+__all__ = ["KernelCompileError", "KernelCacheError", "compiler", "available", "cache_dir",
+           "cache_info", "clear_cache", "DEFAULT_MAX_MB", "build", "FLAGS",
            "vector_math_header", "stats", "missing_compiler_message", "warn_missing_compiler",
            "MissingCompilerWarning"]
 
@@ -59,12 +84,13 @@ _CANDIDATES = ("c++", "g++", "clang++")
 _ERROR_LINES = 12
 
 
-class KernelCompileError(LazyxError, RuntimeError):
-    """The C++ compiler rejected a generated kernel; the message names the source file."""
+class KernelCacheError(LazyxError, ValueError):
+    """The kernel cache's configuration is invalid (``LAZYX_CACHE_MAX_MB``)."""
 
 
-#: Counters for tests and diagnostics: libraries compiled, loaded from disk, found in memory.
-stats = {"compiled": 0, "disk": 0, "memory": 0}
+#: Counters for tests and diagnostics: libraries compiled, loaded from disk, found in
+#: memory; precompiled headers built; damaged entries found (and rebuilt); entries evicted.
+stats = {"compiled": 0, "disk": 0, "memory": 0, "headers": 0, "rebuilt": 0, "evicted": 0}
 
 _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL] = {}
@@ -118,10 +144,6 @@ def missing_compiler_message() -> str:
     return (f"lazyx found no C++ compiler (tried {tried}), so compiled functions run their "
             f"operations unfused. To enable fused kernels, install one (e.g. `apt install g++`) "
             f"or set the CXX environment variable to a C++ compiler.")
-
-
-class MissingCompilerWarning(RuntimeWarning):
-    """No C++ compiler: compiled functions run their operations unfused."""
 
 
 _warned = False
@@ -216,27 +238,41 @@ def build(source: str, extra_flags: tuple = (), loader=ctypes.CDLL):
 
 def _load_or_compile(key: str, source: str, extra: tuple, loader):
     folder = cache_dir()
-    lib_path = folder / f"lx_{key}.so"
-    if lib_path.exists():
-        try:
-            lib = loader(str(lib_path))
-            stats["disk"] += 1
-            return lib
-        except (OSError, ImportError):
-            pass  # unreadable or from an interrupted build of old: build it again
+    name = f"lx_{key}"
+    lib_path = folder / f"{name}.so"
     cc = compiler()
+    cap = _max_bytes()  # a bad LAZYX_CACHE_MAX_MB fails here, before any work
+    with _entry_lock(folder, name):
+        if _checked(folder, name, cc) is not None:
+            try:
+                lib = loader(str(lib_path))
+            except (OSError, ImportError):
+                lib = None  # intact yet unloadable (a library it links went away): rebuild
+            if lib is not None:
+                stats["disk"] += 1
+                _touch(folder, name)
+                return lib
+        _compile(folder, name, source, extra, cc)
+        lib = loader(str(lib_path))
+    _evict(folder, name, cap)
+    return lib
+
+
+def _compile(folder: Path, name: str, source: str, extra: tuple, cc) -> None:
+    """Compile ``source`` into the entry ``name`` (its lock held): library, source, sidecar."""
     if cc is None:
         raise RuntimeError(missing_compiler_message())
-    src_path = folder / f"lx_{key}.cpp"
+    _clear_for_build(folder, name)
+    src_path = folder / f"{name}.cpp"
     _write_atomically(src_path, source.encode())
-    tmp = folder / f".lx_{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.so"
+    tmp = _temporary(folder / f"{name}.so")
     try:
         ok = False
         prefix, sep, body = source.partition(PREAMBLE_END)
         header = _precompiled_header(prefix, cc, extra) if sep else None
         if header is not None:
             # The shared preamble comes precompiled: the kernel's own part compiles alone.
-            body_path = folder / f"lx_{key}.body.cpp"
+            body_path = folder / f"{name}.body.cpp"
             _write_atomically(body_path, body.encode())
             out = _run([*cc[0], *FLAGS, *extra, "-include", str(header), str(body_path),
                         "-o", str(tmp), *_link_flags()])
@@ -246,20 +282,17 @@ def _load_or_compile(key: str, source: str, extra: tuple, loader):
             out = _run([*cc[0], *FLAGS, *extra, str(src_path), "-o", str(tmp), *_link_flags()])
             if out.returncode != 0:
                 raise KernelCompileError(_error_message(cc, src_path, out.stderr or out.stdout))
-        os.replace(tmp, lib_path)
+        os.replace(tmp, folder / f"{name}.so")
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+    _record(folder, name, cc, (f"{name}.so",), FLAGS + extra)
     stats["compiled"] += 1
-    return loader(str(lib_path))
 
 
 def _run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-#: The line a source's shared preamble ends with (what a precompiled header holds).
-PREAMBLE_END = "// ---- end of the shared preamble ----\n"
 _headers: dict = {}
 
 
@@ -269,30 +302,39 @@ def _precompiled_header(prefix: str, cc, extra: tuple):
     is not GCC or the build fails (the full source is compiled instead). Compiling the
     standard headers and the helpers is about half of a kernel's build time."""
     key = _key(prefix, ("-x", "c++-header", *extra))
-    got = _headers.get(key)
-    if got is not None:
+    folder = cache_dir()
+    name = f"lx_pre_{key}"
+    header, gch = folder / f"{name}.h", folder / f"{name}.h.gch"
+    got = _headers.get((folder, key))
+    if got is False or (got is not None and gch.exists()):  # (another process may evict it)
         return got or None
-    _headers[key] = False
+    _headers[(folder, key)] = False
     if not _is_gcc(cc):
         return None
-    folder = cache_dir()
-    header = folder / f"lx_pre_{key}.h"
-    gch = folder / f"lx_pre_{key}.h.gch"
-    if not gch.exists():
-        _write_atomically(header, prefix.encode())
-        tmp = folder / f".lx_pre_{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.gch"
-        try:
-            flags = [f for f in FLAGS if f != "-shared"]
-            out = _run([*cc[0], *flags, *extra, "-x", "c++-header", str(header), "-o", str(tmp)])
-            if out.returncode != 0:
-                return None
-            os.replace(tmp, gch)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    elif not header.exists():
-        _write_atomically(header, prefix.encode())
-    _headers[key] = header
+    built = False
+    with _entry_lock(folder, name):
+        if _checked(folder, name, cc) is None:
+            _clear_for_build(folder, name)
+            _write_atomically(header, prefix.encode())
+            tmp = _temporary(gch)
+            try:
+                flags = [f for f in FLAGS if f != "-shared"]
+                out = _run([*cc[0], *flags, *extra, "-x", "c++-header", str(header),
+                            "-o", str(tmp)])
+                if out.returncode != 0:
+                    return None
+                os.replace(tmp, gch)
+            finally:
+                tmp.unlink(missing_ok=True)
+            _record(folder, name, cc, (header.name, gch.name), (*flags, *extra))
+            stats["headers"] += 1
+            built = True
+        else:
+            _touch(folder, name)
+        _pinned.add((folder, name))  # read by every later build: this process keeps it
+    if built:
+        _evict(folder, name, _max_bytes())
+    _headers[(folder, key)] = header
     return header
 
 
@@ -313,15 +355,260 @@ def _is_gcc(cc) -> bool:
     return got
 
 
+def _temporary(path: Path) -> Path:
+    """A unique temporary name beside ``path``: a dot, the entry's name, the process."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    tmp = _temporary(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+# -- the entries of the disk cache ---------------------------------------------------
+# An entry is every file named ``lx_<hash>.*`` (or ``lx_pre_<hash>.*``) in the cache
+# folder, plus its temporaries ``.lx_<hash>.*``: the built files, the source, the
+# sidecar ``.meta`` and the lock ``.lock``. Files of other names are never touched.
+
+#: The size cap of the disk cache in MiB when ``LAZYX_CACHE_MAX_MB`` is not set.
+DEFAULT_MAX_MB = 1024
+#: A load rewrites an entry's last-use time only when it is older than this (as the
+#: ``relatime`` mount option does): a process start costs no writes to a warm cache.
+TOUCH_AFTER_S = 60.0
+#: How long to wait for another process's build of the same entry before building too
+#: (the lock saves work; correctness rests on the checks and the atomic renames).
+LOCK_TIMEOUT_S = 900.0
+#: The longest a process trusts its last listing of the folder when checking the cap.
+RESCAN_S = 60.0
+_FORMAT = 1
+#: What an entry may hold besides its lock and temporaries: a kernel's ``.so`` and
+#: ``.cpp`` (``.body.cpp`` while it builds), a header's ``.h`` and ``.h.gch``; a ``.meta``.
+_SUFFIXES = (".so", ".cpp", ".body.cpp", ".h", ".h.gch", ".meta")
+_pinned: set = set()  # (folder, name): entries this process reads from disk again
+_room: dict = {}      # folder -> (bytes under the cap, monotonic time, cap) at the last listing
+
+
+@contextlib.contextmanager
+def _entry_lock(folder: Path, name: str, timeout: float = LOCK_TIMEOUT_S):
+    """Hold the entry's cross-process lock (yields False when ``timeout`` ran out)."""
+    import filelock  # its import costs ~50 ms, paid only by a process that builds or loads
+    lock = filelock.FileLock(str(folder / f"{name}.lock"), timeout=timeout)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _read_meta(folder: Path, name: str):
+    try:
+        meta = json.loads((folder / f"{name}.meta").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _checked(folder: Path, name: str, cc):
+    """The entry's sidecar when every file it lists has the recorded size and hash and
+    was built by this compiler; else None (missing, unreadable, damaged or foreign)."""
+    meta = _read_meta(folder, name)
+    files = meta.get("files") if meta is not None else None
+    if (not isinstance(files, dict) or not files or meta.get("format") != _FORMAT
+            or meta.get("name") != name or meta.get("compiler") != (cc[1] if cc else "")):
+        return None
+    for fname, want in files.items():
+        if not (isinstance(fname, str) and fname.startswith(name + ".") and "/" not in fname
+                and isinstance(want, dict)):
+            return None
+        path = folder / fname
+        try:
+            size = path.stat().st_size
+            if size == 0 or size != want.get("size") or _sha256(path) != want.get("sha256"):
+                return None
+        except OSError:
+            return None
+    return meta
+
+
+def _record(folder: Path, name: str, cc, files: tuple, flags: tuple) -> None:
+    """Write the entry's sidecar for its just-built ``files`` (the last step of a build)."""
+    now = time.time()
+    meta = {"format": _FORMAT, "name": name, "compiler": cc[1], "flags": list(flags),
+            "files": {f: {"size": (folder / f).stat().st_size, "sha256": _sha256(folder / f)}
+                      for f in files},
+            "created": now, "last_used": now}
+    _write_atomically(folder / f"{name}.meta", json.dumps(meta, indent=1).encode())
+
+
+def _touch(folder: Path, name: str) -> None:
+    """Record a use of the entry (its lock held), at most once per :data:`TOUCH_AFTER_S`."""
+    meta = _read_meta(folder, name)
+    now = time.time()
+    if meta is not None and not now - (_last_use(meta) or 0.0) < TOUCH_AFTER_S:
+        meta["last_used"] = now
+        _write_atomically(folder / f"{name}.meta", json.dumps(meta, indent=1).encode())
+
+
+def _entry_files(folder: Path) -> dict:
+    """The cache's entries: name -> [(path, os.stat_result)] of its files."""
+    entries: dict = {}
+    try:
+        scan = list(os.scandir(folder))
+    except OSError:
+        return entries
+    for e in scan:
+        base = e.name[1:] if e.name.startswith(".") else e.name
+        name = base.split(".", 1)[0]
+        if not base.startswith("lx_") or name == base:
+            continue
+        try:
+            if not e.is_dir(follow_symlinks=False):
+                entries.setdefault(name, []).append((Path(e.path), e.stat(follow_symlinks=False)))
+        except OSError:
+            continue  # removed meanwhile
+    return entries
+
+
+def _remove(folder: Path, name: str, files) -> int:
+    """Delete the entry ``name`` (its lock held): its listed ``files``, whatever else it
+    holds now, and its lock file; the bytes freed."""
+    freed = 0
+    paths = {path: st.st_size for path, st in files}
+    for suffix in (*_SUFFIXES, ".lock"):
+        paths.setdefault(folder / f"{name}{suffix}", 0)
+    for path, size in paths.items():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            freed += size
+    return freed
+
+
+def _clear_for_build(folder: Path, name: str) -> None:
+    """Before a build (the entry's lock held), delete what is left of the entry: a
+    built file or sidecar there means it was damaged, which ``stats["rebuilt"]`` counts."""
+    damaged = False
+    for suffix in _SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            (folder / f"{name}{suffix}").unlink()
+            damaged = damaged or suffix in (".so", ".h.gch", ".meta")
+    if damaged:
+        stats["rebuilt"] += 1
+
+
+def _size(folder: Path, name: str) -> int:
+    """The bytes of the entry's files (its temporaries aside)."""
+    size = 0
+    for suffix in _SUFFIXES:
+        with contextlib.suppress(OSError):
+            size += (folder / f"{name}{suffix}").stat().st_size
+    return size
+
+
+def _max_bytes() -> int:
+    """The cache's size cap in bytes: ``$LAZYX_CACHE_MAX_MB`` MiB (fractions allowed),
+    else :data:`DEFAULT_MAX_MB`."""
+    text = os.environ.get("LAZYX_CACHE_MAX_MB", "").strip()
+    if not text:
+        return DEFAULT_MAX_MB << 20
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise KernelCacheError(
+            f"LAZYX_CACHE_MAX_MB={text!r} is not a size: set it to a number of MiB for the "
+            f"kernel cache's cap (e.g. 1024) or unset it for the default ({DEFAULT_MAX_MB}).")
+    return int(mb * (1 << 20))
+
+
+def _last_use(meta) -> float | None:
+    try:
+        return float(meta["last_used"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _evict(folder: Path, keep: str, cap: int) -> None:
+    """After the new entry ``keep``: delete least recently used entries until the cache
+    fits under ``cap`` bytes; never ``keep``, this process's pinned entries, nor one whose
+    lock another holder has.
+
+    Listing the folder costs about 20 µs a file, so a process lists it again only
+    when its own new entries have used up the room the last listing saw, the cap has
+    changed, or that listing is older than :data:`RESCAN_S` (other processes add too).
+    """
+    room, seen, seen_cap = _room.get(folder, (-1, 0.0, cap))
+    room -= _size(folder, keep)
+    if room >= 0 and seen_cap == cap and time.monotonic() - seen < RESCAN_S:
+        _room[folder] = (room, seen, cap)
+        return
+    entries = _entry_files(folder)
+    total = sum(st.st_size for files in entries.values() for _, st in files)
+    if total > cap:
+        candidates = sorted(
+            (_last_use(_read_meta(folder, n)) or max(st.st_mtime for _, st in files), n)
+            for n, files in entries.items() if n != keep and (folder, n) not in _pinned)
+        for _, name in candidates:
+            if total <= cap:
+                break
+            with _entry_lock(folder, name, timeout=0) as held:
+                if held:
+                    total -= _remove(folder, name, entries[name])
+                    stats["evicted"] += 1
+    _room[folder] = (cap - total, time.monotonic(), cap)
+
+
+def cache_info() -> dict:
+    """Where the disk cache is and how big.
+
+    Returns:
+        a dict: ``path`` (the folder), ``entries`` (how many kernels, shims and
+        precompiled headers), ``bytes`` (their total size on disk) and ``max_bytes``
+        (the cap, ``$LAZYX_CACHE_MAX_MB``).
+    """
+    folder = cache_dir()
+    entries = _entry_files(folder)
+    return {"path": str(folder), "entries": len(entries),
+            "bytes": sum(st.st_size for files in entries.values() for _, st in files),
+            "max_bytes": _max_bytes()}
+
+
+def clear_cache() -> dict:
+    """Empty the disk cache: delete every entry (waiting for one being built).
+
+    Libraries this process has loaded stay usable. Files in the folder that are not
+    lazyx's are left alone.
+
+    Returns:
+        a dict: ``path``, ``entries`` and ``bytes`` removed.
+    """
+    folder = cache_dir()
+    removed = freed = 0
+    for name, files in _entry_files(folder).items():
+        with _entry_lock(folder, name, timeout=60) as held:
+            if held:
+                freed += _remove(folder, name, files)
+                removed += 1
+    _headers.clear()
+    _room.pop(folder, None)
+    return {"path": str(folder), "entries": removed, "bytes": freed}
 
 
 def _error_message(cc, src_path: Path, text: str) -> str:

@@ -14,7 +14,10 @@ the graph it came from. That one move serves three purposes:
 
 from __future__ import annotations
 
-import lazyx.core as mx
+from .. import ops
+from ..arguments import broadcast_shapes
+from ..array import array
+from .ir import OPS
 
 from .ir import Program
 
@@ -32,34 +35,29 @@ def to_graph(program: Program, inputs, stream=None) -> list:
         one lazy array per program output, of the broadcast shape of the inputs.
     """
     values = {}
-    shape = mx.broadcast_shapes(*(x.shape for x in inputs)) if inputs else ()
+    shape = broadcast_shapes(*(x.shape for x in inputs)) if inputs else ()
     for e in program.nodes:
         op = e.op
         if op == "input":
             v = inputs[e.value]
         elif op == "const":
-            v = mx.array(e.value, dtype=e.dtype)
+            v = array(e.value, dtype=e.dtype)
         elif op == "cast":
-            v = mx.astype(values[id(e.args[0])], e.dtype, stream=stream)
+            v = ops.astype(values[id(e.args[0])], e.dtype, stream=stream)
         else:
-            fn = getattr(mx, _FUNCTIONS[op])
+            fn = getattr(ops, _FUNCTIONS[op])
             v = fn(*(values[id(a)] for a in e.args), stream=stream)
             if v.dtype is not e.dtype:
-                v = mx.astype(v, e.dtype, stream=stream)
+                v = ops.astype(v, e.dtype, stream=stream)
         values[id(e)] = v
     outs = []
     for o in program.outputs:
         v = values[id(o)]
         # An output that is an input or a constant still has the loop's shape.
         if v.shape != shape:
-            v = mx.broadcast_to(v, shape, stream=stream)
+            v = ops.broadcast_to(v, shape, stream=stream)
         outs.append(v)
     return outs
 
 
-def _functions() -> dict:
-    from .ir import OPS
-    return {name: info.function for name, info in OPS.items()}
-
-
-_FUNCTIONS = _functions()
+_FUNCTIONS = {name: info.function for name, info in OPS.items()}

@@ -27,12 +27,10 @@ from ..memory import (clear_cache, get_active_memory, get_cache_memory, get_peak
                       reset_peak_memory, set_cache_limit, set_memory_limit)
 from ..primitive import Primitive
 from ..scheduler import async_eval, eval
-# From the modules themselves: an editable install made before lazyx.transforms had
-# an __init__.py sees the package as a namespace package.
 from ..transforms.autodiff import grad, jvp, value_and_grad, vjp
 from ..transforms.custom import checkpoint, custom_function
 from ..transforms.compile import compile, disable_compile, enable_compile
-from ..transforms.export import export_function, exporter, import_function
+from ..export import export_function, exporter, import_function
 from ..transforms.vmap import vmap
 
 __all__ = [n for n in dir() if not n.startswith("_")]

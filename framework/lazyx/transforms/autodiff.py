@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-import lazyx.core as mx
+from .. import ops
 
 from .. import scheduler as _scheduler
 from ..arguments import constant
@@ -65,14 +65,11 @@ class TraceInput(Primitive):
     """
 
     __slots__ = ("seq",)
+    seq: int
 
     # An identity: a compiled tape drops it (inlined copies would stop later walks).
     def is_noop(self, inputs):
         return True
-
-    def __init__(self, stream, seq: int):
-        self.stream = stream
-        self.seq = seq
 
     def output_shapes(self, inputs):
         return [inputs[0].shape]
@@ -214,7 +211,7 @@ def _checked(prim, rule: str, g, like: array, what: str, i: int) -> array:
         raise TransformError(f"[{prim.name}.{rule}] returned shape {g._shape} for {what} {i}, "
                              f"which has shape {like._shape}.")
     if g._dtype is not like._dtype:
-        g = mx.astype(g, like._dtype)
+        g = ops.astype(g, like._dtype)
     return g
 
 
@@ -231,10 +228,10 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
         k = id(o)
         if k in active:
             prev = cot.get(k)
-            cot[k] = c if prev is None else mx.add(prev, c)
+            cot[k] = c if prev is None else ops.add(prev, c)
     pop = cot.pop
     get = cot.get
-    add = mx.add
+    add = ops.add
     arr = _array
     # Every bytecode of this loop runs once per node: the common nodes (one output,
     # one input, or two inputs) take short paths; the checks are the same for all.
@@ -279,7 +276,7 @@ def backward(outputs: list, cotangents: list, wrappers: list, stop: int):
             argnums = [i for i, x in enumerate(ins) if id(x) in active]
             if _no_gradient(outs, ins, argnums):
                 continue
-            cots = [mx.zeros_like(s) if c is None else c for s, c in zip(outs, cots)]
+            cots = [ops.zeros_like(s) if c is None else c for s, c in zip(outs, cots)]
         prim = a._prim
         res = prim.vjp(list(ins), cots, argnums, outs)
         if len(res) != len(argnums):
@@ -412,7 +409,7 @@ def vjp(fun, primals, cotangents):
                                 f"{len(cotangents)} cotangent(s) were given.")
         cots = _matching(cotangents, outs, "vjp", "Output", "cotangent")
         grads, order = backward(outs, cots, wrappers, stop)
-        grads = [mx.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
+        grads = [ops.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
     if _retain.depth == 0:
         release(order, wrappers)
     return outs, grads
@@ -426,7 +423,7 @@ def _matching(values, refs, op: str, ref_name: str, value_name: str) -> list:
         if v._shape != r._shape:
             raise ShapeError(f"[{op}] {ref_name} {i} has shape {r._shape} but its {value_name} "
                              f"has shape {v._shape}.")
-        out.append(v if v._dtype is r._dtype else mx.astype(v, r._dtype))
+        out.append(v if v._dtype is r._dtype else ops.astype(v, r._dtype))
     return out
 
 
@@ -457,7 +454,7 @@ def jvp(fun, primals, tangents):
         outs = _outputs(fun(*wrappers), "jvp")
         wrappers = rebound(wrappers, handles)
         res, order = forward(outs, wrappers, tans, stop)
-        res = [mx.zeros_like(o) if t is None else t for o, t in zip(outs, res)]
+        res = [ops.zeros_like(o) if t is None else t for o, t in zip(outs, res)]
     if _retain.depth == 0:
         release(order, wrappers)
     return outs, res
@@ -580,7 +577,7 @@ def _make_grad(fun, argnums, argnames, op: str, with_value: bool):
             loss = _loss(out, op, with_value)
             seed = constant(1, loss._dtype)
             grads, order = backward([loss], [seed], wrappers, stop)
-            grads = [mx.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
+            grads = [ops.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
         if _retain.depth == 0:
             release(order, wrappers)
         trees = []

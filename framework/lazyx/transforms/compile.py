@@ -62,7 +62,6 @@ import builtins
 import functools
 import itertools
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,10 +73,13 @@ from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, KernelOutputError, TransformError
 from ..primitive import Primitive
+from .fusion import fuse_elementwise
 from .placeholder import InputPlaceholder
+from .tape import Tape, TapeNode
 from . import autodiff
 from .custom import CustomTransforms
 from .trees import describe, flatten, leaf_paths, unflatten
+from .vmap import vmap as _vmap
 
 __all__ = ["compile", "enable_compile", "disable_compile", "CompiledCall", "CompileInput",
            "Tape", "TapeNode"]
@@ -120,46 +122,6 @@ def disable_compile() -> None:
     effect from the start of the process.
     """
     _settings.enabled = False
-
-
-# -- the tape ----------------------------------------------------------------------
-@dataclass(eq=False)
-class TapeNode:
-    """One node of a tape: ``prim`` applied to the values in slots ``inputs``,
-    giving the values of slots ``outputs``."""
-
-    prim: Primitive
-    inputs: tuple
-    outputs: tuple
-
-
-@dataclass(eq=False)
-class Tape:
-    """A traced function as slots and nodes (see the module docstring)."""
-
-    nodes: list = field(default_factory=list)
-    inputs: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)
-    constants: dict = field(default_factory=dict)
-    shapes: list = field(default_factory=list)
-    dtypes: list = field(default_factory=list)
-    #: Whether the tape is replayed at other shapes (output_shapes per node).
-    shapeless: bool = False
-    #: Whether the traced graph had a custom function's node.
-    custom: bool = False
-
-    def new_slot(self, shape: tuple, dtype) -> int:
-        """A new slot holding a value of ``shape`` and ``dtype``; its number."""
-        self.shapes.append(tuple(shape))
-        self.dtypes.append(dtype)
-        return len(self.shapes) - 1
-
-    def __repr__(self) -> str:
-        lines = [f"Tape(inputs={self.inputs}, constants={list(self.constants)}, "
-                 f"outputs={self.outputs})"]
-        for n in self.nodes:
-            lines.append(f"  {list(n.outputs)} = {n.prim!r}{list(n.inputs)}")
-        return "\n".join(lines)
 
 
 # -- placeholders ------------------------------------------------------------------
@@ -423,19 +385,12 @@ def simplify(tape: Tape) -> Tape:
     return remove_dead_nodes(eliminate_common_subexpressions(merge_constants(tape)))
 
 
-#: Whether traces are fused (when the fusion pass exists); benchmarks switch it off to
-#: measure the plan alone.
+#: Whether traces are fused; benchmarks switch it off to measure the plan alone.
 FUSE = True
 
 
 def _fuse(tape: Tape) -> Tape:
-    if not FUSE:
-        return tape
-    try:
-        from .fusion import fuse_elementwise
-    except ImportError:
-        return tape
-    return fuse_elementwise(tape)
+    return fuse_elementwise(tape) if FUSE else tape
 
 
 # -- the replay plan ---------------------------------------------------------------
@@ -592,7 +547,6 @@ class _Entry:
             argnums = key[1]
             inline = self.inline
             if rule == "vmap":
-                from .vmap import vmap as _vmap
                 batched = _vmap(lambda *xs: inline(xs), in_axes=argnums)
                 fn = lambda *xs: batched(*xs)  # noqa: E731  (a cache of its own)
             else:
@@ -680,10 +634,7 @@ class CompiledCall(Primitive):
     """
 
     __slots__ = ("entry",)
-
-    def __init__(self, stream, entry: _Entry):
-        self.stream = stream
-        self.entry = entry
+    entry: _Entry
 
     def output_shapes(self, inputs):
         return [tuple(s) for s in self.entry.output_shapes(inputs)]

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 
-import lazyx.core as mx
+from .. import ops
 
 from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, TransformError
-from ..primitive import Primitive
+from ..primitive import Primitive, Size
 from ..scheduler import eval_arrays
 from . import autodiff
 from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
@@ -119,6 +119,9 @@ class CustomTransforms(Primitive):
 
     # ``fn`` and ``call`` are parameters so that no two calls count as equivalent.
     __slots__ = ("fn", "call", "_pending", "_shapes")
+    # Python objects: a file cannot hold them, so export refuses this primitive.
+    fn: custom_function
+    call: _Call
 
     def __init__(self, stream, fn: "custom_function", call: _Call, pending: list):
         self.stream = stream
@@ -164,7 +167,7 @@ class CustomTransforms(Primitive):
         full = [None] * len(primals)
         for i, t in zip(argnums, tangents):
             full[i] = t
-        full = [mx.zeros_like(p) if t is None else t for p, t in zip(primals, full)]
+        full = [ops.zeros_like(p) if t is None else t for p, t in zip(primals, full)]
         res = fn._jvp(_unwrap(call.args(primals)), _unwrap(call.args(full, False)),
                       **call.kwargs)
         return call.per_output(res, "the jvp's result")
@@ -284,10 +287,7 @@ class Depends(Primitive):
     """
 
     __slots__ = ("n",)
-
-    def __init__(self, stream, n: int):
-        self.stream = stream
-        self.n = n
+    n: Size
 
     def output_shapes(self, inputs):
         return [x.shape for x in inputs[:self.n]]

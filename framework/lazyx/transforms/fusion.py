@@ -10,7 +10,7 @@ A primitive is *fusible* when it declares how to write itself in the codegen IR
 and plugin primitives are treated alike.
 
 :func:`fuse_elementwise` groups fusible nodes of a compile tape
-(:class:`lazyx.transforms.compile.Tape`) and replaces each group of at least
+(:class:`lazyx.transforms.tape.Tape`) and replaces each group of at least
 :data:`MIN_OPS` nodes by one :class:`Compiled` node whose parameter is the
 group's :class:`~lazyx.codegen.ir.Program`. The rules:
 
@@ -23,8 +23,16 @@ group's :class:`~lazyx.codegen.ir.Program`. The rules:
   input merge (sibling fusion: the input is read once).
 * **Materialised outputs.** A grouped node whose value is used outside its
   group (by another node or as a tape output) becomes an output of the fused
-  node, so multi-output kernels compute shared work once. A node joins a group
-  only if that creates no cycle between groups.
+  node, so multi-output kernels compute shared work once.
+* **No cycles, by construction.** Groups and unfused nodes (*units*) keep a
+  topological numbering. Two units merge only if no path leaves one and reaches
+  the other through a third unit (a non-fused node such as a matmul or a
+  reduction, or another group): a fused node would read its own output. Only
+  units numbered between the two can be on such a path, so the search is short,
+  and after a merge the units between are renumbered (Pearce and Kelly's
+  dynamic topological order). The fused tape runs in that numbering, so a group
+  that is dropped afterwards (too small, or :func:`_fused_node` declines it)
+  runs its nodes unfused in its place.
 * **Bounds.** At most :data:`MAX_INPUTS` input buffers, :data:`MAX_OUTPUTS`
   output buffers and :data:`MAX_OPS` nodes per group. The input bound keeps
   the kernel's pointers in registers and its strided path small; the op bound
@@ -53,11 +61,16 @@ import numpy as np
 
 from ..arguments import broadcast_shapes
 from ..array import from_buffer, lazy, lazy_multi
+from ..backend import backend_for
 from ..codegen import ir
-from ..codegen.jit import MissingCompilerWarning
+from ..codegen.lower import to_graph
 from ..device import DeviceType
-from ..errors import TransformError
+from ..errors import MissingCompilerWarning
 from ..primitive import Primitive
+from ..rules import align_batched
+from ..scheduler import eval_arrays, unevaluated_order
+from .autodiff import jvp, vjp
+from .tape import Tape, TapeNode
 
 __all__ = ["Compiled", "fuse_elementwise", "fuse_arrays", "is_fusible", "MAX_INPUTS",
            "MAX_OUTPUTS", "MAX_OPS", "MIN_OPS", "MissingCompilerWarning"]
@@ -70,8 +83,8 @@ MAX_OUTPUTS = 16
 MAX_OPS = 128
 #: Fewest nodes worth a fused kernel (a lone op keeps its own kernel).
 MIN_OPS = 2
-#: Most nodes one cycle check visits before it refuses the join (keeps fusion linear-ish).
-_MAX_VISITS = 20000
+#: Most units one cycle check visits before it refuses the merge (keeps fusion near-linear).
+_MAX_VISITS = 4096
 #: Most groups reading one input that sibling fusion tries to merge with each of them.
 _MAX_SIBLINGS = 16
 
@@ -87,10 +100,7 @@ class Compiled(Primitive):
     """
 
     __slots__ = ("program",)
-
-    def __init__(self, stream, program: ir.Program):
-        self.stream = stream
-        self.program = program
+    program: ir.Program
 
     def output_shapes(self, inputs):
         shape = broadcast_shapes(*(x.shape for x in inputs)) if inputs else ()
@@ -100,7 +110,6 @@ class Compiled(Primitive):
         return interpret(self.program, inputs, self.stream)
 
     def _graph(self, xs):
-        from ..codegen.lower import to_graph
         return to_graph(self.program, list(xs), self.stream)
 
     def _partial(self, primals, argnums):
@@ -113,19 +122,16 @@ class Compiled(Primitive):
 
     # The rules transform the program written back as lazyx operations.
     def vjp(self, primals, cotangents, argnums, outputs):
-        from .autodiff import vjp
         return vjp(self._partial(primals, argnums), [primals[i] for i in argnums],
                    list(cotangents))[1]
 
     def jvp(self, primals, tangents, argnums):
-        from .autodiff import jvp
         return jvp(self._partial(primals, argnums), [primals[i] for i in argnums],
                    list(tangents))[1]
 
     # Element-wise, so batching is broadcasting: align the batch axes and run the
     # same program (still one fused node).
     def vmap(self, inputs, axes):
-        from .rules import align_batched
         xs, k = align_batched(list(inputs), list(axes))
         return _apply(self, xs), [k] * len(self.program.outputs)
 
@@ -141,8 +147,6 @@ def _apply(prim: Compiled, xs) -> list:
 def interpret(program: ir.Program, buffers, stream=None):
     """Run ``program`` on host buffers by evaluating it as lazyx operations (the
     reference semantics: the unfused graph's kernels run)."""
-    from ..codegen.lower import to_graph
-    from ..scheduler import eval_arrays
     outs = to_graph(program, [from_buffer(b) for b in buffers], stream)
     eval_arrays(outs)
     if len(outs) == 1:
@@ -197,7 +201,6 @@ def _warn_broken(prim, why: str) -> None:
 # -- when to fuse -----------------------------------------------------------------------
 def _native_backend(device_type=DeviceType.cpu) -> bool:
     """Whether the active backend of ``device_type`` runs Compiled with its own kernel."""
-    from ..backend import backend_for
     try:
         b = backend_for(device_type)
         if device_type is not DeviceType.cpu and not b.is_available():
@@ -211,7 +214,7 @@ def _can_fuse() -> bool:
     """Whether CPU streams are fused: a native kernel and a C++ compiler (warned once if not)."""
     if not _native_backend():
         return False
-    from ..codegen import jit
+    from ..codegen import jit  # the C++ toolchain loads on the first compile, not at import
     if jit.available():
         return True
     jit.warn_missing_compiler(stacklevel=6)
@@ -233,15 +236,110 @@ def _fused_kinds(nodes, force: bool) -> frozenset:
 
 
 # -- the pass ---------------------------------------------------------------------------
-class _Group:
-    __slots__ = ("members", "shape", "stream", "inputs", "n_outputs")
+class _Unit:
+    """A node of the graph of groups: one tape node, or a group of fusible tape nodes
+    that becomes one fused node.
 
-    def __init__(self, shape, stream):
-        self.members = []
+    ``pos`` numbers the units in a topological order of that graph (every edge goes
+    to a larger ``pos``), kept as units merge (:meth:`_Grouping.merge`): it makes the
+    graph of groups acyclic by construction, bounds each reachability search, and is
+    the order the nodes run in afterwards. ``shape`` is the loop shape, None for a node
+    that cannot fuse; ``inputs`` the slots read from outside (inlined scalars aside)
+    and ``n_outputs`` the buffers written (values used outside or returned).
+    """
+
+    __slots__ = ("members", "pos", "shape", "stream", "inputs", "n_outputs")
+
+    def __init__(self, i, shape=None, stream=None, inputs=frozenset()):
+        self.members = [i]
+        self.pos = i
         self.shape = shape
         self.stream = stream
-        self.inputs = set()
+        self.inputs = inputs
         self.n_outputs = 0
+
+
+def _pos(u: _Unit) -> int:
+    return u.pos
+
+
+class _Grouping:
+    """The units of one tape, the edges between them, and merges that keep them a DAG."""
+
+    __slots__ = ("unit", "consumers", "producers")
+
+    def __init__(self, unit, consumers, producers):
+        self.unit = unit            # node -> its unit
+        self.consumers = consumers  # node -> the nodes reading its outputs
+        self.producers = producers  # node -> the nodes making its inputs
+
+    def _next_to(self, u: _Unit, edges):
+        """The other units at the end of ``edges`` (``consumers`` or ``producers``) of
+        ``u``'s members: a group counts as one node."""
+        unit = self.unit
+        for m in u.members:
+            for k in edges[m]:
+                v = unit[k]
+                if v is not u:
+                    yield v
+
+    def merge(self, x: _Unit, y: _Unit) -> bool:
+        """Absorb unit ``x`` into unit ``y`` (``x.pos < y.pos``) unless that makes a
+        cycle, that is unless a path leaves ``x`` and reaches ``y`` through another unit.
+
+        The check is exact on the graph of groups (a member reached continues from
+        every member of its group), and cheap because ``pos`` is topological: only
+        units between ``x`` and ``y`` can lie on such a path (Pearce and Kelly's
+        dynamic topological order). The units of that span that ``x`` reaches
+        (``ahead``) then move after those that reach ``y`` (``behind``), reusing their
+        positions, so the merged unit comes after everything it reads and before
+        everything that reads it. A search past :data:`_MAX_VISITS` units refuses the
+        merge: a fusion lost, never a cycle made.
+        """
+        top, bottom = y.pos, x.pos
+        seen = {x, y}
+        heap = []
+        for v in self._next_to(x, self.consumers):
+            if v is not y and v.pos < top and v not in seen:
+                seen.add(v)
+                heap.append((-v.pos, v))
+        ahead = []
+        if heap:
+            # The units nearest y first: a path to y, if any, is found in about its length.
+            heapq.heapify(heap)
+            while heap:
+                v = heapq.heappop(heap)[1]
+                ahead.append(v)
+                if len(ahead) > _MAX_VISITS:
+                    return False
+                for w in self._next_to(v, self.consumers):
+                    if w is y:
+                        return False
+                    if w.pos < top and w not in seen:
+                        seen.add(w)
+                        heapq.heappush(heap, (-w.pos, w))
+            behind = [y]
+            seen = {y}
+            stack = [y]
+            while stack:
+                for w in self._next_to(stack.pop(), self.producers):
+                    if w.pos > bottom and w not in seen:
+                        seen.add(w)
+                        behind.append(w)
+                        stack.append(w)
+                if len(behind) > _MAX_VISITS:
+                    return False
+            slots = sorted([u.pos for u in ahead] + [u.pos for u in behind])
+            behind.sort(key=_pos)
+            ahead.sort(key=_pos)
+            for u, p in zip(behind + ahead, slots):
+                u.pos = p
+        unit = self.unit
+        for m in x.members:
+            unit[m] = y
+        y.members += x.members
+        x.members = []
+        return True
 
 
 def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
@@ -250,7 +348,7 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
     """Replace maximal runs of fusible element-wise nodes of ``tape`` by ``Compiled`` nodes.
 
     Args:
-        tape: a :class:`lazyx.transforms.compile.Tape` (changed in place).
+        tape: a :class:`lazyx.transforms.tape.Tape` (changed in place).
         force: fuse CPU streams even when the active CPU backend has no native
             kernel for ``Compiled`` or there is no compiler (tests use it); GPU
             streams are fused only when the GPU backend has a kernel for it.
@@ -272,126 +370,130 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
         for s in nd.outputs:
             producer[s] = i
     consumers = [[] for _ in range(n)]
+    producers = [[] for _ in range(n)]
     for i, nd in enumerate(nodes):
         for s in nd.inputs:
             p = producer.get(s)
             if p is not None and (not consumers[p] or consumers[p][-1] != i):
                 consumers[p].append(i)
+                producers[i].append(p)
     tape_outputs = set(tape.outputs)
     scalars = _inlinable(tape)
 
-    fusible = [False] * n
+    unit = []
     for i, nd in enumerate(nodes):
         outs = nd.outputs
-        if nd.prim.stream.kind not in kinds or not outs:
-            continue
-        s0 = shapes[outs[0]]
-        if any(shapes[s] != s0 for s in outs):
-            continue
-        fusible[i] = _expression(nd.prim, [ir.input(k, dtypes[s]) for k, s in enumerate(nd.inputs)],
-                                 [dtypes[s] for s in outs]) is not None
+        u = _Unit(i)
+        if nd.prim.stream.kind in kinds and outs:
+            s0 = shapes[outs[0]]
+            if all(shapes[s] == s0 for s in outs) and _expression(
+                    nd.prim, [ir.input(k, dtypes[s]) for k, s in enumerate(nd.inputs)],
+                    [dtypes[s] for s in outs]) is not None:
+                u = _Unit(i, s0, nd.prim.stream, {s for s in nd.inputs if s not in scalars})
+        unit.append(u)
+    grouping = _Grouping(unit, consumers, producers)
 
-    group: list = [None] * n
-
-    def reaches(starts, g) -> bool:
-        """Whether a path from nodes ``starts`` reaches group ``g`` (groups count as one
-        node: reaching a member continues from every member)."""
-        stack = list(starts)
-        seen = set()
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if len(seen) > _MAX_VISITS:
-                return True
-            h = group[u]
-            if h is g:
-                return True
-            if h is None:
-                stack.extend(consumers[u])
-            else:
-                for m in h.members:
-                    if m not in seen:
-                        seen.add(m)
-                        stack.extend(consumers[m])
-        return False
-
-    def cycles(i, g) -> bool:
-        """Whether node ``i`` joining group ``g`` would make a cycle of groups: some
-        consumer of ``i`` outside ``g`` reaches ``g``."""
-        return reaches([c for c in consumers[i] if group[c] is not g], g)
-
-    def leaving(g) -> list:
-        return [c for m in g.members for c in consumers[m] if group[c] is not g]
-
+    # Maximal runs: from the end, a fusible node joins the group of the consumer it
+    # shares most consumers with, if the bounds allow and no cycle results.
     for i in range(n - 1, -1, -1):
-        if not fusible[i]:
+        me = unit[i]
+        if me.shape is None:
             continue
         nd = nodes[i]
-        shape = shapes[nd.outputs[0]]
-        ext = {s for s in nd.inputs if s not in scalars}
-        chosen = None
-        for c in sorted(consumers[i], key=lambda c: -sum(group[c] is group[d] for d in consumers[i])):
-            g = group[c]
-            if g is None or g is chosen or g.shape != shape or g.stream != nd.prim.stream:
+        cons = consumers[i]
+        outs = set(nd.outputs)
+        shared: dict = {}
+        for c in cons:
+            g = unit[c]
+            shared[g] = shared.get(g, 0) + 1
+        for g in sorted(shared, key=shared.get, reverse=True):
+            if g.shape != me.shape or g.stream != me.stream or len(g.members) >= max_ops:
                 continue
-            if len(g.members) >= max_ops:
+            ins = (g.inputs - outs) | me.inputs
+            if len(ins) > max_inputs:
                 continue
-            if len((g.inputs - set(nd.outputs)) | ext) > max_inputs:
+            added = _outputs_added(nd, cons, unit, g, tape_outputs)
+            if g.n_outputs + added > max_outputs:
                 continue
-            if g.n_outputs + _outputs_added(nd, consumers[i], group, g, tape_outputs) > max_outputs:
-                continue
-            if cycles(i, g):
-                continue
-            chosen = g
-            break
-        if chosen is None:
-            chosen = _Group(shape, nd.prim.stream)
-        chosen.n_outputs += _outputs_added(nd, consumers[i], group, chosen, tape_outputs)
-        chosen.inputs = (chosen.inputs - set(nd.outputs)) | ext
-        chosen.members.append(i)
-        group[i] = chosen
+            if grouping.merge(me, g):
+                g.inputs = ins
+                g.n_outputs += added
+                break
+        else:
+            me.n_outputs = _outputs_added(nd, cons, unit, me, tape_outputs)
 
     # Sibling fusion: groups of one shape that read a common input merge, so that the
     # input is read once and one kernel runs instead of several.
-    groups = list({id(g): g for g in group if g is not None}.values())
     readers: dict = {}
-    for g in groups:
-        for s in g.inputs:
-            readers.setdefault(s, []).append(g)
-    for gs in readers.values():
-        for k, base in enumerate(gs):
-            if not base.members:
-                continue
-            for other in gs[k + 1:k + 1 + _MAX_SIBLINGS]:
-                if other is base or not other.members or other.shape != base.shape \
-                        or other.stream != base.stream \
-                        or len(base.members) + len(other.members) > max_ops \
-                        or base.n_outputs + other.n_outputs > max_outputs \
-                        or len(base.inputs | other.inputs) > max_inputs \
-                        or reaches(leaving(base), other) or reaches(leaving(other), base):
+    for u in _distinct(unit):
+        if u.shape is not None:
+            for s in u.inputs:
+                readers.setdefault(s, []).append(u.members[0])
+    for firsts in readers.values():
+        for k, a in enumerate(firsts):
+            for b in firsts[k + 1:k + 1 + _MAX_SIBLINGS]:
+                ua, ub = unit[a], unit[b]
+                if ua is ub or ua.shape != ub.shape or ua.stream != ub.stream \
+                        or len(ua.members) + len(ub.members) > max_ops:
                     continue
-                for m in other.members:
-                    group[m] = base
-                base.members += other.members
-                base.inputs |= other.inputs
-                base.n_outputs += other.n_outputs
-                other.members = []
+                ins, n_out = _union_io(nodes, ua, ub, consumers, unit, tape_outputs)
+                if len(ins) > max_inputs or n_out > max_outputs:
+                    continue
+                x, y = (ua, ub) if ua.pos < ub.pos else (ub, ua)
+                if grouping.merge(x, y):
+                    y.inputs = ins
+                    y.n_outputs = n_out
 
-    replaced = {}
-    for g in {id(g): g for g in group if g is not None}.values():
-        if len(g.members) < min_ops:
-            continue
-        node = _fused_node(tape, g, consumers, group, tape_outputs, scalars)
-        if node is None:
-            continue
-        for m in g.members:
-            replaced[m] = (node, g)
-    if not replaced:
+    # Each unit in ``pos`` order: a group as its fused node, or its nodes in tape order
+    # (a group too small, or one that _fused_node declines, runs unfused in its place).
+    new_nodes = []
+    fused = False
+    for u in sorted(_distinct(unit), key=_pos):
+        if u.shape is not None and len(u.members) >= min_ops:
+            node = _fused_node(tape, u, consumers, unit, tape_outputs, scalars)
+            if node is not None:
+                new_nodes.append(node)
+                fused = True
+                continue
+        u.members.sort()
+        new_nodes.extend(nodes[m] for m in u.members)
+    if not fused:
         return tape
-    tape.nodes = _reorder(tape, nodes, replaced)
+    if not _in_order(new_nodes, producer):  # pragma: no cover - merge keeps pos topological
+        warnings.warn("[compile] Element-wise fusion ordered a value after its use; the "
+                      "trace runs unfused. Please report this.", RuntimeWarning, stacklevel=2)
+        return tape
+    tape.nodes = new_nodes
     return tape
+
+
+def _distinct(unit) -> list:
+    """The units of a node-to-unit list, each once, in the order first seen."""
+    return list({id(u): u for u in unit}.values())
+
+
+def _union_io(nodes, a: _Unit, b: _Unit, consumers, unit, tape_outputs):
+    """``(inputs, n_outputs)`` of the union of groups ``a`` and ``b``: a value one of
+    them makes and the other reads is no longer an input, nor an output if nothing
+    else reads it."""
+    members = a.members + b.members
+    made = {s for m in members for s in nodes[m].outputs}
+    n_out = 0
+    for m in members:
+        outside = any(unit[c] is not a and unit[c] is not b for c in consumers[m])
+        n_out += sum(1 for s in nodes[m].outputs if outside or s in tape_outputs)
+    return (a.inputs | b.inputs) - made, n_out
+
+
+def _in_order(new_nodes, producer) -> bool:
+    """Whether every slot a node makes is made before it is read."""
+    written = set()
+    for nd in new_nodes:
+        for s in nd.inputs:
+            if s in producer and s not in written:
+                return False
+        written.update(nd.outputs)
+    return True
 
 
 def _outputs_added(nd, cons, group, g, tape_outputs) -> int:
@@ -410,9 +512,8 @@ def _inlinable(tape) -> dict:
     return out
 
 
-def _fused_node(tape, g: _Group, consumers, group, tape_outputs, scalars):
+def _fused_node(tape, g: _Unit, consumers, group, tape_outputs, scalars):
     """The ``Compiled`` tape node of group ``g``, or None when it must stay unfused."""
-    from .compile import TapeNode
     shapes, dtypes = tape.shapes, tape.dtypes
     members = sorted(g.members)
     env: dict = {}
@@ -467,44 +568,6 @@ def _outputs_use_every_input(program: ir.Program) -> bool:
     return True
 
 
-def _reorder(tape, nodes, replaced) -> list:
-    """The nodes with each group replaced by its fused node, in an order where every
-    slot is written before it is read (a group's node sits where its inputs allow)."""
-    units = []        # (original position, node)
-    seen = set()
-    for i, nd in enumerate(nodes):
-        r = replaced.get(i)
-        if r is None:
-            units.append(nd)
-        elif id(r[0]) not in seen:
-            seen.add(id(r[0]))
-            units.append(r[0])
-    made = {}
-    for k, u in enumerate(units):
-        for s in u.outputs:
-            made[s] = k
-    waiting = [0] * len(units)
-    users = [[] for _ in units]
-    for k, u in enumerate(units):
-        deps = {made[s] for s in u.inputs if s in made}
-        waiting[k] = len(deps)
-        for d in deps:
-            users[d].append(k)
-    ready = [k for k in range(len(units)) if waiting[k] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(units[k])
-        for u in users[k]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(units):  # pragma: no cover - the cycle check forbids it
-        raise TransformError("[compile] Element-wise fusion made a cycle; please report this.")
-    return order
-
-
 # -- lazy graphs ------------------------------------------------------------------------
 def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     """The arrays ``outputs`` computed by a graph whose element-wise runs are fused.
@@ -522,7 +585,6 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
     Returns:
         new arrays with the same values as ``outputs``.
     """
-    from .compile import Tape, TapeNode
     tape = Tape()
     slot: dict = {}
     leaves: dict = {}   # slot -> the evaluated array it stands for
@@ -541,7 +603,6 @@ def fuse_arrays(outputs, inputs=(), force: bool = False, **bounds) -> list:
                 tape.constants[s] = x
         return s
 
-    from ..scheduler import unevaluated_order
     for a in unevaluated_order(list(outputs)):
         outs = (a,) if a._siblings is None else a._siblings
         ins = tuple(slot_of(x) if x._prim is None or x._data is not None else slot[id(x)]

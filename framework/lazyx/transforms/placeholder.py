@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import TransformError
-from ..primitive import Primitive
+from ..primitive import Primitive, Shape
 
 __all__ = ["InputPlaceholder"]
 
@@ -18,14 +18,11 @@ class InputPlaceholder(Primitive):
 
     # ``seq`` keeps two placeholders of one shape distinct (they stand for different data).
     __slots__ = ("shape", "seq")
+    shape: Shape
+    seq: int
     # The replay replaces every placeholder, so no transform ever walks one.
     transient = True
     message = "Cannot evaluate a placeholder of a function being traced."
-
-    def __init__(self, stream, shape: tuple, seq: int):
-        self.stream = stream
-        self.shape = shape
-        self.seq = seq
 
     def output_shapes(self, inputs):
         return [self.shape]

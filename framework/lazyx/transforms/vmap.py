@@ -26,7 +26,7 @@ from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
 from ..scheduler import unevaluated_order
 from .placeholder import InputPlaceholder
-from .rules import add_batch_axis, move_batch_axis
+from ..rules import add_batch_axis, move_batch_axis
 from .autodiff import rebound
 from .trees import broadcast_prefix, describe, flatten, leaf_paths, unflatten
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import collections
 
-from lazyx import hookimpl
-from lazyx.backend import Backend, backends, resolve_kernel
-from lazyx.device import DeviceType
+from lazyx.extend import Backend, DeviceType, backends, hookimpl, resolve_kernel
 
 __all__ = ["CountingBackend"]
 

@@ -10,11 +10,7 @@ check them.
 import numpy as np
 
 import lazyx.core as mx
-from lazyx import hookimpl
-from lazyx.arguments import as_array
-from lazyx.array import lazy
-from lazyx.device import to_stream
-from lazyx.primitive import Primitive
+from lazyx.extend import Primitive, as_array, hookimpl, lazy, to_stream
 
 IMPORTED = True
 

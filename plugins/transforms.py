@@ -21,12 +21,12 @@ import numpy as np
 
 import lazyx.core as mx
 
-from ..hookspecs import hookimpl
-from .autodiff import TraceInput
-from .compile import CompiledCall, CompileInput
-from .fusion import Compiled, fuse_arrays
-from .custom import CustomTransforms, Depends, custom_function, depends
-from .vmap import Placeholder
+from lazyx.hookspecs import hookimpl
+from lazyx.transforms.autodiff import TraceInput
+from lazyx.transforms.compile import CompiledCall, CompileInput
+from lazyx.transforms.fusion import Compiled, fuse_arrays
+from lazyx.transforms.custom import CustomTransforms, Depends, custom_function, depends
+from lazyx.transforms.vmap import Placeholder
 
 PRIMITIVES = [TraceInput, Placeholder, CustomTransforms, Depends, CompiledCall, CompileInput,
               Compiled]

@@ -1,11 +1,11 @@
-"""The shared helpers for transform rules (lazyx.transforms.rules)."""
+"""The shared helpers for transform rules (lazyx.rules)."""
 
 import numpy as np
 import pytest
 
 import lazyx.core as mx
 from helpers import assert_close, rng, to_lazyx
-from lazyx.transforms import rules
+from lazyx import rules
 
 
 def _x(shape, seed=0):

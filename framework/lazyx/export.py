@@ -14,7 +14,14 @@ header, and the constants' raw bytes.
 plugins are installed, without the function's Python source. Reading never
 runs code from the file: primitive classes are looked up by name in
 :data:`lazyx.registry.primitives` and built from parameters decoded from
-tagged JSON. Calling the imported function rebuilds the recorded graph on the
+tagged JSON. A file is data from anywhere, so reading checks all of it before
+anything runs: the prefix and checksum (``_read``), the JSON types of every
+field, every parameter against its primitive's declared types and allowed
+values (:meth:`Primitive.check_params`), the graph's references (in range,
+inputs before their users: acyclic), and every node's output shapes and dtypes,
+inferred again from its inputs (``output_shapes``, the dtype rule) and compared
+with what the file declares (``_decode_plan``). Any failure is a
+:class:`FunctionFileError` naming where. Calling the imported function rebuilds the recorded graph on the
 given arrays with :func:`lazyx.array.lazy`, so its results are ordinary lazy
 arrays that compose with ``eval``, ``grad`` and ``vmap``.
 """
@@ -30,18 +37,22 @@ import struct
 
 import numpy as np
 
-from .. import __version__ as _lazyx_version
-from .. import dtypes as _dt
-from .. import registry as _registry
-from ..array import array, from_buffer, lazy, lazy_multi
-from ..device import to_stream
-from ..errors import ArgumentError, LazyxError, PluginError, TransformError
-from ..primitive import Primitive
-from .autodiff import TraceInput, _outputs
-from .trees import describe
+from . import __version__ as _lazyx_version
+from . import dtypes as _dt
+from . import registry as _registry
+from .array import array, from_buffer, lazy, lazy_multi
+from .device import to_stream
+from .codegen import ir
+from .custom_primitive import CustomPrimitive
+from .errors import ArgumentError, DtypeError, LazyxError, PluginError, TransformError
+from .primitive import FixedShape, MAX_SIZE, ParameterDeclarationError, Primitive, Shape
+from .transforms.autodiff import TraceInput, _outputs
+from .transforms.compile import _settings
+from .transforms.trees import describe
 
 __all__ = ["export_function", "import_function", "exporter", "FunctionExporter",
-           "ImportedFunction", "ExportError", "FunctionFileError", "FORMAT_VERSION"]
+           "ImportedFunction", "ExportError", "FunctionFileError", "PrimitiveNotInstalledError",
+           "FORMAT_VERSION"]
 
 FORMAT_NAME = "lazyx.function"
 #: The version of the file format this module writes (and the newest it reads).
@@ -62,23 +73,23 @@ class ExportError(LazyxError, ValueError):
 
 
 class FunctionFileError(LazyxError, RuntimeError):
-    """A function file that cannot be read: missing, truncated, corrupt or of another version."""
+    """A function file that cannot be read: missing, truncated, corrupt, of another version,
+    or whose contents fail a check (a parameter, a reference, a node's shapes or dtypes)."""
 
 
-class ExportInput(Primitive):
+class PrimitiveNotInstalledError(FunctionFileError, PluginError):
+    """A function file names a primitive that no installed plugin provides (or one with
+    other parameters): a :class:`PluginError` as well, since installing the plugin fixes it."""
+
+
+class ExportInput(FixedShape):
     """Stands for one argument of the function while ``export_function`` traces it."""
 
     # ``index`` is the argument's position among the positional then keyword inputs.
     __slots__ = ("index", "shape")
+    index: int
+    shape: Shape
     transient = True
-
-    def __init__(self, stream, index: int, shape: tuple):
-        self.stream = stream
-        self.index = index
-        self.shape = shape
-
-    def output_shapes(self, inputs):
-        return [self.shape]
 
     def eval_cpu(self, inputs):
         raise TransformError(
@@ -97,8 +108,10 @@ class _Unencodable(Exception):
 
 
 def _lazyx_dtype(np_dtype):
-    d = _dt._BY_NUMPY.get(np_dtype)
-    return d
+    try:
+        return _dt.from_numpy(np_dtype)
+    except DtypeError:
+        return None
 
 
 def encode_value(v, path: str = ""):
@@ -159,16 +172,24 @@ def _b64(j, where):
 
 
 def _dtype_named(name, where):
-    d = _dt._BY_NAME.get(name) if type(name) is str else None
-    if d is None:
+    try:
+        return _dt.to_dtype(name) if type(name) is str else _bad(f"{where}: unknown dtype {name!r}.")
+    except DtypeError:
         _bad(f"{where}: unknown dtype {name!r}.")
-    return d
 
 
 def _shape(j, where) -> tuple:
-    if type(j) is not list or any(type(s) is not int or s < 0 for s in j):
-        _bad(f"{where}: a shape must be a list of non-negative ints, got {j!r}.")
+    if type(j) is not list or any(type(s) is not int or not 0 <= s <= MAX_SIZE for s in j):
+        _bad(f"{where}: a shape must be a list of ints in [0, 2**62], got {_short(j)}.")
+    if math.prod(j) > MAX_SIZE:
+        _bad(f"{where}: shape {tuple(j)} has more than 2**62 elements.")
     return tuple(j)
+
+
+def _short(j) -> str:
+    """``repr(j)`` cut to a length an error message can carry."""
+    r = repr(j)
+    return r if len(r) <= 120 else r[:117] + "..."
 
 
 def decode_value(j, where: str = "parameter"):
@@ -313,10 +334,6 @@ def _compile_settings():
     """``compile``'s settings: while their ``tracing`` count is positive, a compiled
     function inlines its graph instead of adding one opaque node (as inside another
     compile's trace), so an exported function may call compiled ones."""
-    try:
-        from .compile import _settings
-    except ImportError:
-        return None
     return _settings if hasattr(_settings, "tracing") else None
 
 
@@ -451,6 +468,27 @@ def _build(cls, stream, params):
         return cls(stream, *params)
 
 
+def _check_declared(prim, inputs) -> None:
+    """Export-time check that the primitive's parameters are declared and fit their
+    declarations, so that the file can be checked when it is loaded."""
+    cls = type(prim)
+    missing = cls.undeclared_params()
+    if missing:
+        how = ("annotate the kernel's keyword-only parameters (alpha: float = 1.0)"
+               if issubclass(cls, CustomPrimitive) else
+               f"annotate them beside __slots__ in its class ({missing[0]}: <type>, e.g. "
+               f"float, tuple[int, ...] or Literal[\"a\", \"b\"])")
+        raise ExportError(
+            f"[export_function] Cannot export primitive {_who(cls)}: its parameters "
+            f"{list(missing)} have no declared types, so a file holding it could not be "
+            f"checked when loaded; {how}. See docs/writing-a-custom-primitive.md.")
+    try:
+        cls.check_params(prim.params(), inputs)
+    except (ArgumentError, ParameterDeclarationError) as e:
+        raise ExportError(f"[export_function] Cannot export primitive {_who(cls)}: {e} "
+                          f"A file holding it would be refused when loaded.") from None
+
+
 def _check_rebuild(prim, encoded: list) -> None:
     """Export-time check that the primitive comes back from its encoded parameters."""
     cls = type(prim)
@@ -469,21 +507,27 @@ def _check_rebuild(prim, encoded: list) -> None:
             f"the names of its parameter slots or in their order.")
 
 
-def _check_shape_rule(prim, inputs, outs) -> None:
-    """Shapeless export: the primitive must infer the shapes it produced when traced."""
+def _check_shape_rule(prim, inputs, outs, shapeless: bool) -> None:
+    """The primitive must infer the shapes it produced when traced: ``import_function``
+    checks every node of a file with its shape rule (and, shapeless, runs it at each call)."""
     cls = type(prim)
-    if cls.output_shapes is Primitive.output_shapes:
-        raise ExportError(f"[export_function] Cannot export with shapeless=True: primitive "
-                          f"{_who(cls)} cannot infer its output shapes (it does not "
-                          f"implement output_shapes).")
-    if not getattr(cls, "shapeless", True):
+    why = "with shapeless=True" if shapeless else "to a file"
+    if shapeless and not getattr(cls, "shapeless", True):
         raise ExportError(f"[export_function] Cannot export with shapeless=True: the "
                           f"parameters of primitive {_who(cls)} fix its output shape to the "
                           f"traced shapes ({prim!r}).")
-    got = [tuple(s) for s in prim.output_shapes(inputs)]
+    if cls.output_shapes is Primitive.output_shapes:
+        raise ExportError(f"[export_function] Cannot export {why}: primitive {_who(cls)} "
+                          f"cannot infer its output shapes (it does not implement "
+                          f"output_shapes), which import_function needs to check the file.")
+    try:
+        got = [tuple(s) for s in prim.output_shapes(inputs)]
+    except LazyxError as e:
+        raise ExportError(f"[export_function] Cannot export {why}: the shape rule of "
+                          f"primitive {_who(cls)} fails: {e}") from None
     want = [s for s, _ in outs]
     if got != want:
-        raise ExportError(f"[export_function] Cannot export with shapeless=True: primitive "
+        raise ExportError(f"[export_function] Cannot export {why}: primitive "
                           f"{_who(cls)} infers output shapes {got} where the traced node has "
                           f"{want}.")
 
@@ -564,12 +608,12 @@ class FunctionExporter:
             cls = type(prim)
             pidx = self._primitive(cls)
             params = _encode_params(prim)
-            key = (cls, _dump(params))
+            key = (cls, _dump(params), tuple(len(x._shape) for x in arrays))
             if key not in checked:
+                _check_declared(prim, arrays)
                 _check_rebuild(prim, params)
                 checked.add(key)
-            if self._shapeless:
-                _check_shape_rule(prim, arrays, outs)
+            _check_shape_rule(prim, arrays, outs, self._shapeless)
             nodes.append({"primitive": pidx, "params": params, "inputs": [list(r) for r in ins],
                           "outputs": [{"shape": list(s), "dtype": d.name} for s, d in outs]})
         sig = trace.signature
@@ -815,10 +859,19 @@ def _classes_by_identity() -> dict:
     return out
 
 
-def _resolve_primitive(entry: dict, table: dict, file: str):
-    pid = _field(entry, "id", str, "primitive")
-    dist = entry.get("distribution")
-    plugin = entry.get("plugin")
+def _resolve_primitive(entry: dict, table: dict, file: str, k: int):
+    where = f"{file!r} primitive {k}"
+    if type(entry) is not dict:
+        _bad(f"{where}: an entry must be an object, got {_short(entry)}.")
+    pid = _field(entry, "id", str, where)
+    dist, plugin, names = entry.get("distribution"), entry.get("plugin"), entry.get("params")
+    for key, v in (("distribution", dist), ("plugin", plugin),
+                   ("distribution_version", entry.get("distribution_version")),
+                   ("class", entry.get("class"))):
+        if v is not None and type(v) is not str:
+            _bad(f"{where}: field {key!r} must be a string, got {_short(v)}.")
+    if names is not None and (type(names) is not list or any(type(n) is not str for n in names)):
+        _bad(f"{where}: field 'params' must be a list of names, got {_short(names)}.")
     found = [c for c, info in table.get(pid, ()) if plugin is None or info.name == plugin] or \
         [c for c, _ in table.get(pid, ())]
     if not found:
@@ -826,19 +879,27 @@ def _resolve_primitive(entry: dict, table: dict, file: str):
                   if p.distribution == dist and p.error is not None]
         note = "".join(f" Its plugin {p.name!r} failed to load: {type(p.error).__name__}: "
                        f"{p.error}." for p in failed)
-        raise PluginError(
+        raise PrimitiveNotInstalledError(
             f"[import_function] {file!r} uses primitive {entry.get('class', pid)!r} ({pid!r}), "
             f"registered at export time by plugin {plugin!r} of distribution {dist!r} "
             f"{entry.get('distribution_version', '')}, which is not installed here: install "
             f"{dist!r} to import this function.{note}")
     cls = found[0]
-    names = entry.get("params")
-    if names is not None and list(names) != list(cls._param_names):
-        raise PluginError(
+    if names is not None and names != list(cls._param_names):
+        raise PrimitiveNotInstalledError(
             f"[import_function] {file!r} records primitive {pid!r} with parameters "
             f"{tuple(names)} (distribution version {entry.get('distribution_version')}); "
             f"the installed one ({_registry.primitives[cls].version}) has "
             f"{cls._param_names}.")
+    missing = cls.undeclared_params()
+    if missing:
+        _bad(f"{where}: the installed primitive {_who(cls)} does not declare the types of its "
+             f"parameters {list(missing)}, so the file's values for them cannot be checked; "
+             f"its plugin must annotate them (see docs/writing-a-custom-primitive.md).")
+    try:
+        cls.param_validators()
+    except ParameterDeclarationError as e:
+        _bad(f"{where}: the parameter declarations of {_who(cls)} are broken: {e}")
     return cls
 
 
@@ -861,51 +922,132 @@ class _Plan:
         return ps
 
 
-def _decode_plan(t, classes, constants, file) -> _Plan:
-    where = f"{file!r} trace"
-    args = []
-    for s in _field(t, "args", list, where):
-        args.append((_shape(_field(s, "shape", list, where), where),
-                     _dtype_named(s.get("dtype"), where)))
-    kwargs = []
-    for s in _field(t, "kwargs", list, where):
-        kwargs.append((_field(s, "name", str, where),
-                       (_shape(_field(s, "shape", list, where), where),
-                        _dtype_named(s.get("dtype"), where))))
-    n_args = len(args) + len(kwargs)
-    nodes = []
-    n_outs = []
+def _placeholder(stream, shape, dtype):
+    """An array of ``shape`` and ``dtype`` that cannot be evaluated: what a node's rules
+    see of an input while the file is checked."""
+    return lazy(shape, dtype, ExportInput(stream, -1, shape), ())
 
-    def ref(r):
-        ok = type(r) is list and r and all(type(x) is int and x >= 0 for x in r[1:])
-        if ok and r[0] == "a" and len(r) == 2 and r[1] < n_args:
+
+def _infer_dtypes(prim, inputs):
+    """The output dtypes ``prim`` gives for ``inputs``: its ``output_dtypes`` rule, else its
+    codegen expression's dtypes (element-wise primitives), else None (no rule: the
+    scheduler checks the kernel's outputs against the graph when the node runs)."""
+    got = prim.output_dtypes(inputs)
+    if got is not None:
+        return list(got)
+    fn = getattr(prim, "to_expression", None)
+    if fn is None:
+        return None
+    try:
+        e = fn(tuple(ir.input(k, x._dtype) for k, x in enumerate(inputs)))
+    except ir.IRError:
+        return None
+    if e is None:
+        return None
+    es = e if type(e) is tuple else (e,)
+    return [x.dtype for x in es] if all(isinstance(x, ir.Expr) for x in es) else None
+
+
+def _check_node(where, cls, params, ins, shapes, dtypes, stream):
+    """Build the node's primitive and infer its outputs from ``ins`` (placeholders of the
+    declared inputs); any disagreement with the file is a FunctionFileError at ``where``."""
+    if cls.arity is not None and len(ins) != cls.arity:
+        _bad(f"{where}: {cls.name} takes {cls.arity} inputs, the file gives it {len(ins)}.")
+    try:
+        cls.check_params(params, ins)
+    except ArgumentError as e:
+        _bad(f"{where}: {e}")
+    try:
+        prim = _build(cls, stream, params)
+    except Exception as e:
+        _bad(f"{where}: the primitive cannot be built from the file's parameters: "
+             f"{type(e).__name__}: {e}")
+    try:
+        got = [tuple(s) for s in prim.output_shapes(ins)]
+        if any(type(d) is not int for s in got for d in s):
+            raise TypeError(f"output_shapes gave {got}, not tuples of ints")
+        got_dtypes = _infer_dtypes(prim, ins)
+    except Exception as e:
+        ins_text = ", ".join(f"{x._shape} {x._dtype.name}" for x in ins)
+        _bad(f"{where}: its parameters do not fit its inputs ({ins_text}): "
+             f"{type(e).__name__}: {e}")
+    if got != shapes:
+        _bad(f"{where}: the file declares output shapes {shapes}; the primitive infers "
+             f"{got} from its inputs ({', '.join(str(x._shape) for x in ins)}).")
+    if got_dtypes is not None and got_dtypes != dtypes:
+        _bad(f"{where}: the file declares output dtypes {[d.name for d in dtypes]}; the "
+             f"primitive infers {[d.name for d in got_dtypes]} from its inputs "
+             f"({', '.join(x._dtype.name for x in ins)}).")
+    return prim
+
+
+def _decode_plan(t, classes, constants, file, n_trace) -> _Plan:
+    where = f"{file!r} trace {n_trace}"
+    if type(t) is not dict:
+        _bad(f"{where}: a trace must be an object, got {_short(t)}.")
+
+    def spec(s, what):
+        if type(s) is not dict:
+            _bad(f"{where}: {what} must be an object, got {_short(s)}.")
+        return (_shape(_field(s, "shape", list, f"{where} {what}"), f"{where} {what}"),
+                _dtype_named(s.get("dtype"), f"{where} {what}"))
+
+    args = [spec(s, f"input {i}") for i, s in enumerate(_field(t, "args", list, where))]
+    kwargs = []
+    for i, s in enumerate(_field(t, "kwargs", list, where)):
+        kwargs.append((_field(s, "name", str, f"{where} keyword input {i}"),
+                       spec(s, f"keyword input {i}")))
+    if len({k for k, _ in kwargs}) != len(kwargs):
+        _bad(f"{where}: a keyword input is listed twice.")
+    stream = to_stream(None)
+    # What each reference stands for while the file is checked: placeholders of the
+    # inputs and of the node outputs as declared (once checked), and the constants.
+    values = ([_placeholder(stream, sh, d) for sh, d in args + [s for _, s in kwargs]],
+              constants, [])
+    nodes, prims = [], []
+
+    def ref(r, what):
+        ok = type(r) is list and len(r) in (2, 3) and all(type(x) is int and x >= 0
+                                                          for x in r[1:])
+        if ok and r[0] == "a" and len(r) == 2 and r[1] < len(values[0]):
             return (0, r[1], 0)
         if ok and r[0] == "c" and len(r) == 2 and r[1] < len(constants):
             return (1, r[1], 0)
-        if ok and r[0] == "n" and len(r) == 3 and r[1] < len(nodes) and r[2] < n_outs[r[1]]:
+        if ok and r[0] == "n" and len(r) == 3 and r[1] < len(nodes) and \
+                r[2] < len(values[2][r[1]]):
             return (2, r[1], r[2])
-        _bad(f"{where}: invalid reference {r!r} (inputs must come before their users).")
+        _bad(f"{where}: {what}: invalid reference {_short(r)} (an input, a constant or an "
+             f"output of an earlier node: inputs must come before their users).")
 
-    for node in _field(t, "nodes", list, where):
-        pidx = _field(node, "primitive", int, where)
+    for i, node in enumerate(_field(t, "nodes", list, where)):
+        at = f"{where} node {i}"
+        pidx = _field(node, "primitive", int, at)
         if not 0 <= pidx < len(classes):
-            _bad(f"{where}: primitive index {pidx} out of range.")
+            _bad(f"{at}: primitive index {pidx} out of range (the file lists "
+                 f"{len(classes)}).")
         cls = classes[pidx]
-        params = [decode_value(j, f"{where}: parameter of {cls.name}")
-                  for j in _field(node, "params", list, where)]
-        if len(params) != len(cls._param_names):
-            _bad(f"{where}: {cls.name} needs {len(cls._param_names)} parameters, the file "
-                 f"has {len(params)}.")
-        ins = tuple(ref(r) for r in _field(node, "inputs", list, where))
-        outs = _field(node, "outputs", list, where)
+        at = f"{at} ({cls.name})"
+        encoded = _field(node, "params", list, at)
+        if len(encoded) != len(cls._param_names):
+            _bad(f"{at}: {cls.name} needs {len(cls._param_names)} parameters "
+                 f"{cls._param_names}, the file has {len(encoded)}.")
+        params = [decode_value(j, f"{at}: parameter {n!r}")
+                  for n, j in zip(cls._param_names, encoded)]
+        ins = tuple(ref(r, f"node {i} input {k}")
+                    for k, r in enumerate(_field(node, "inputs", list, at)))
+        outs = _field(node, "outputs", list, at)
         if not outs:
-            _bad(f"{where}: a node of {cls.name} without outputs.")
-        shapes = [_shape(_field(o, "shape", list, where), where) for o in outs]
-        dtypes = [_dtype_named(o.get("dtype"), where) for o in outs]
+            _bad(f"{at}: a node without outputs.")
+        specs = [spec(o, f"node {i} output {k}") for k, o in enumerate(outs)]
+        shapes, dtypes = [s for s, _ in specs], [d for _, d in specs]
+        arrays = tuple(values[k][j] if k < 2 else values[2][j][m] for k, j, m in ins)
+        prims.append(_check_node(at, cls, params, arrays, shapes, dtypes, stream))
         nodes.append((cls, params, ins, shapes, dtypes))
-        n_outs.append(len(outs))
-    outputs = [ref(r) for r in _field(t, "outputs", list, where)]
-    return _Plan(_Signature(args, kwargs), nodes, outputs)
+        values[2].append([_placeholder(stream, sh, d) for sh, d in specs])
+    outputs = [ref(r, f"output {k}") for k, r in enumerate(_field(t, "outputs", list, where))]
+    plan = _Plan(_Signature(args, kwargs), nodes, outputs)
+    plan._prims[stream] = prims
+    return plan
 
 
 class ImportedFunction:
@@ -987,8 +1129,14 @@ def import_function(file: str, return_metadata: bool = False):
     header, payload = _read(file)
     try:
         fn = _decode(header, payload, file)
+    except FunctionFileError:
+        raise
     except RecursionError:
         _bad(f"{file!r} has a header nested too deeply.")
+    except Exception as e:
+        # Every check above names where the file is wrong; this keeps any failure they
+        # did not foresee a FunctionFileError too, never a bare TypeError or KeyError.
+        _bad(f"{file!r} cannot be read: {type(e).__name__}: {e}")
     if return_metadata:
         return fn, fn.metadata if fn.metadata is not None else ""
     return fn
@@ -996,12 +1144,14 @@ def import_function(file: str, return_metadata: bool = False):
 
 def _decode(header: dict, payload, file: str) -> ImportedFunction:
     table = _classes_by_identity()
-    classes = [_resolve_primitive(e, table, file)
-               for e in _field(header, "primitives", list, f"{file!r}")]
+    classes = [_resolve_primitive(e, table, file, k)
+               for k, e in enumerate(_field(header, "primitives", list, f"{file!r}"))]
     constants = []
     for c in _field(header, "constants", list, f"{file!r}"):
         where = f"{file!r} constant {len(constants)}"
-        d = _dtype_named(c.get("dtype") if type(c) is dict else None, where)
+        if type(c) is not dict:
+            _bad(f"{where}: an entry must be an object, got {_short(c)}.")
+        d = _dtype_named(c.get("dtype"), where)
         shape = _shape(_field(c, "shape", list, where), where)
         off, nb = _field(c, "offset", int, where), _field(c, "nbytes", int, where)
         if nb != math.prod(shape) * d.size or off < 0 or off + nb > len(payload):
@@ -1013,21 +1163,12 @@ def _decode(header: dict, payload, file: str) -> ImportedFunction:
     metadata = header.get("metadata")
     if type(shapeless) is not bool or (metadata is not None and type(metadata) is not str):
         _bad(f"{file!r}: malformed 'shapeless' or 'metadata' field.")
-    plans = [_decode_plan(t, classes, constants, file)
-             for t in _field(header, "traces", list, f"{file!r}")]
+    plans = [_decode_plan(t, classes, constants, file, k)
+             for k, t in enumerate(_field(header, "traces", list, f"{file!r}"))]
     if shapeless:
         fixed = [c for c in classes if not getattr(c, "shapeless", True)]
         if fixed:
             _bad(f"{file!r} is marked shapeless but uses {_who(fixed[0])}, whose parameters "
                  f"fix its output shape here.")
-    stream = to_stream(None)
-    for plan in plans:
-        try:
-            plan.prims(stream)
-        except LazyxError:
-            raise
-        except Exception as e:
-            _bad(f"{file!r}: a primitive cannot be built from the file's parameters: "
-                 f"{type(e).__name__}: {e}.")
     return ImportedFunction(file, plans, constants, shapeless, metadata,
                             header.get("lazyx_version"))

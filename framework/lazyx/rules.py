@@ -6,7 +6,7 @@ output, adding contributions where ``None`` means zero, and putting batch
 axes where an operation expects them. They live here once, for the built-in
 packs and plugins alike::
 
-    from lazyx.transforms.rules import sum_to_shape, batch_first
+    from lazyx.rules import sum_to_shape, batch_first
 
 Everything is written with ``lazyx.core`` ops, so what a helper returns is a
 lazy graph that other transforms can walk again. ``None`` stands for a zero
@@ -16,7 +16,7 @@ through. Batch axes are non-negative, as the ``vmap`` walker gives them.
 
 from __future__ import annotations
 
-import lazyx.core as mx
+from . import ops
 
 __all__ = ["sum_to_shape", "broadcast_to_shape", "add_tangents", "batch_size", "batch_first",
            "move_batch_axis", "add_batch_axis", "batched_axes", "align_batched", "NoGradient"]
@@ -48,9 +48,9 @@ def sum_to_shape(x, shape: tuple, stream=None):
     lead = len(sx) - len(shape)
     inner = [lead + i for i, n in enumerate(shape) if n == 1 and sx[lead + i] != 1]
     if not inner:  # only leading dimensions: one reduction, no reshape
-        return mx.sum(x, axis=list(range(lead)), stream=stream)
-    x = mx.sum(x, axis=list(range(lead)) + inner, keepdims=True, stream=stream)
-    return mx.reshape(x, shape, stream=stream)
+        return ops.sum(x, axis=list(range(lead)), stream=stream)
+    x = ops.sum(x, axis=list(range(lead)) + inner, keepdims=True, stream=stream)
+    return ops.reshape(x, shape, stream=stream)
 
 
 def broadcast_to_shape(x, shape: tuple, stream=None):
@@ -58,14 +58,14 @@ def broadcast_to_shape(x, shape: tuple, stream=None):
     broadcast output (None, zero, stays None; a matching shape is returned as is)."""
     if x is None or x._shape == shape:
         return x
-    return mx.broadcast_to(x, shape, stream=stream)
+    return ops.broadcast_to(x, shape, stream=stream)
 
 
 def add_tangents(a, b, stream=None):
     """``a + b`` for tangents or cotangents of one array, where None is zero."""
     if a is None:
         return b
-    return a if b is None else mx.add(a, b, stream=stream)
+    return a if b is None else ops.add(a, b, stream=stream)
 
 
 # -- vmap ------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def batch_size(inputs, axes) -> int:
 
 def move_batch_axis(x, axis: int, to: int, stream=None):
     """``x`` with its batch axis moved from ``axis`` to ``to`` (no node when equal)."""
-    return x if axis == to else mx.moveaxis(x, axis, to, stream=stream)
+    return x if axis == to else ops.moveaxis(x, axis, to, stream=stream)
 
 
 def batch_first(x, axis: int, ndim: int | None = None, stream=None):
@@ -97,12 +97,12 @@ def batch_first(x, axis: int, ndim: int | None = None, stream=None):
         array: ``x`` with the batch at axis 0.
     """
     if axis:
-        x = mx.moveaxis(x, axis, 0, stream=stream)
+        x = ops.moveaxis(x, axis, 0, stream=stream)
     if ndim is not None:
         pad = ndim + 1 - len(x._shape)
         if pad > 0:
             s = x._shape
-            x = mx.reshape(x, s[:1] + (1,) * pad + s[1:], stream=stream)
+            x = ops.reshape(x, s[:1] + (1,) * pad + s[1:], stream=stream)
     return x
 
 
@@ -110,7 +110,7 @@ def add_batch_axis(x, axis: int, size: int, stream=None):
     """Unbatched ``x`` repeated ``size`` times along a new batch axis ``axis`` (a
     broadcast, no copy): the batched form of a value that is the same for every example."""
     s = x._shape
-    return mx.broadcast_to(mx.expand_dims(x, axis, stream=stream), s[:axis] + (size,) + s[axis:],
+    return ops.broadcast_to(ops.expand_dims(x, axis, stream=stream), s[:axis] + (size,) + s[axis:],
                            stream=stream)
 
 

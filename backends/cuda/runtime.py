@@ -1,0 +1,93 @@
+"""The CUDA runtime of the ``cuda`` backend: CuPy, imported on first use, and the
+kernels plugins write in CUDA C++.
+
+The lowest module of the backend: the backend itself (:mod:`lazyx.backends.cuda`),
+its kernels (:mod:`.kernels`, :mod:`.rowwise`) and the generated element-wise
+kernels (:mod:`.compiled`) import it. Nothing here imports CuPy until
+:func:`cupy_module` is called, so ``import lazyx.core`` costs nothing on a machine
+without CUDA.
+"""
+
+from __future__ import annotations
+
+from lazyx.errors import BackendError, KernelCompileError, LazyxError
+
+__all__ = ["cupy_module", "CudaKernel", "launch_config", "cp"]
+
+#: The ``cupy`` module once :func:`cupy_module` imported it, else None.
+cp = None
+_import_error = None  # why it could not be
+
+
+def cupy_module():
+    """The ``cupy`` module, or a :class:`BackendError` saying why there is none."""
+    global cp, _import_error
+    if cp is None and _import_error is None:
+        try:
+            import cupy  # optional: only machines with an NVIDIA GPU have it
+            cupy.cuda.runtime.getDeviceCount()
+            cp = cupy
+        except ImportError as exc:
+            _import_error = (f"CuPy is not installed ({exc}); install the wheel for your CUDA "
+                             f"version, e.g. `pip install cupy-cuda13x` or `cupy-cuda12x`.")
+        except Exception as exc:  # cupy present, no driver or no device
+            _import_error = f"CuPy found no usable CUDA device ({type(exc).__name__}: {exc})."
+    if cp is None:
+        raise BackendError(f"The cuda backend is not available: {_import_error}")
+    return cp
+
+
+class CudaKernel:
+    """A kernel from CUDA C++ source, compiled by NVRTC on first use.
+
+    Args:
+        source (str): CUDA C++ source; kernels meant to be launched by name
+          should be ``extern "C" __global__`` (or listed in ``name_expressions``
+          for templates).
+        name (str): a name for messages (the file the source came from).
+        options (tuple[str]): extra NVRTC options (``"-std=c++17"`` is added).
+        name_expressions (tuple[str]): template instantiations to compile,
+          e.g. ``("axpby_contiguous<float>",)``.
+
+    ``function(fname)`` returns a launchable ``cupy.RawKernel``-like function:
+    ``fn(grid, block, args)``. A compile error raises :class:`KernelCompileError` with
+    the source's name and NVRTC's log.
+    """
+
+    def __init__(self, source: str, name: str, options=(), name_expressions=()):
+        if not isinstance(source, str) or not source.strip():
+            raise LazyxError(f"CudaKernel {name!r}: source must be a non-empty string.")
+        self.source = source
+        self.name = name
+        self.options = ("-std=c++17",) + tuple(options)
+        self.name_expressions = tuple(name_expressions)
+        self._module = None
+
+    def module(self):
+        if self._module is None:
+            cp = cupy_module()
+            kw = {"name_expressions": self.name_expressions} if self.name_expressions else {}
+            mod = cp.RawModule(code=self.source, options=self.options, **kw)
+            try:
+                mod.compile()
+            except Exception as exc:
+                log = str(exc).strip().splitlines()
+                raise KernelCompileError(f"The CUDA kernel source {self.name} did not compile "
+                                         f"(NVRTC):\n" + "\n".join(log[:20])) from None
+            self._module = mod
+        return self._module
+
+    def function(self, fname: str):
+        mod = self.module()
+        try:
+            return mod.get_function(fname)
+        except Exception as exc:
+            raise LazyxError(f"The CUDA kernel source {self.name} has no kernel {fname!r} "
+                             f"({exc}). Kernels are looked up by their extern \"C\" name or "
+                             f"by a template name listed in name_expressions.") from None
+
+
+def launch_config(n: int, block: int = 256) -> tuple[tuple, tuple]:
+    """``(grid, block)`` for one thread per element of ``n`` (grid-stride loops welcome)."""
+    blocks = max(1, min((n + block - 1) // block, 65535 * 4))
+    return (blocks,), (block,)
