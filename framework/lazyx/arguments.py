@@ -77,17 +77,19 @@ def binary_operands(a, b, stream=None, op: str | None = None):
     fit the array's dtype is an :class:`ArgumentError` (named ``[op]`` when given).
     Returns ``(a, b, dtype)``.
     """
+    ta, tb = type(a), type(b)
+    if ta is array and tb is array:  # the common case first: it cannot fail
+        da, db = a._dtype, b._dtype
+        if da is db:
+            return a, b, da
     if op is not None:
         try:
             return binary_operands(a, b, stream)
         except LazyxError as e:
             raise at_op(e, op)
-    ta, tb = type(a), type(b)
     if ta is array:
         if tb is array:
             da, db = a._dtype, b._dtype
-            if da is db:
-                return a, b, da
             d = _dt._PROMOTE[(da, db)]
             return cast(a, d, stream), cast(b, d, stream), d
         if tb in _PY_SCALARS:
