@@ -393,7 +393,8 @@ def _extremes(arrays):
     return {id(a): got[i] for i, a in enumerate(live)}
 
 
-def _check_key(p, shape, key):
+def _check_key(p, ins, key):
+    shape = ins[0].shape
     arrays = [k for k in key if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"]
     ext = _extremes(arrays)
     if not ext:
@@ -405,23 +406,23 @@ def _check_key(p, shape, key):
         try:
             _dummy(shape)[probe]
         except IndexError as e:
-            raise np_indexing._out_of_range(p, e) from None
+            raise np_indexing._out_of_range(p, ins, e) from None
 
 
-def _check_axis(p, idx, n):
+def _check_axis(p, ins, idx, n):
     ext = _extremes([idx])
     if ext:
         lo, hi = ext[id(idx)]
         if lo < -n or hi >= n:
             bad = lo if lo < -n else hi
             raise np_indexing._out_of_range(
-                p, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
+                p, ins, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
 
 
 def _gather(p, ins):
     x = ins[0]
     key = np_indexing._key(p, ins)
-    _check_key(p, x.shape, key)
+    _check_key(p, ins, key)
     ax = p._take_axis
     if ax >= 0 and p._take_rest == x.shape[:ax] + x.shape[ax + 1:]:
         return cp.take(x, ins[1], axis=ax)
@@ -478,7 +479,7 @@ def _scatter(p, ins):
     x = ins[0]
     out = x.copy()
     key = np_indexing._key(p, ins)
-    _check_key(p, x.shape, key)
+    _check_key(p, ins, key)
     _scatter_into(out, key, ins[1], p.reduce)
     return out
 
@@ -491,7 +492,7 @@ def _slice_update(p, ins):
 
 def _gather_axis(p, ins):
     x, idx = ins
-    _check_axis(p, idx, x.shape[p.axis])
+    _check_axis(p, ins, idx, x.shape[p.axis])
     return cp.take_along_axis(x, idx, axis=p.axis)
 
 
@@ -500,7 +501,7 @@ def _scatter_axis(p, ins):
     nd = x.ndim
     vs = (1,) * (nd - v.ndim) + v.shape
     ax = p.axis
-    _check_axis(p, idx, x.shape[ax])
+    _check_axis(p, ins, idx, x.shape[ax])
     full = x.shape[:ax] + np.broadcast_shapes((idx.shape[ax],), (vs[ax],)) + x.shape[ax + 1:]
     idx = cp.broadcast_to(idx, full).astype(cp.int64)
     idx = cp.where(idx < 0, idx + x.shape[ax], idx)
@@ -576,3 +577,8 @@ KERNELS = {
     so.TopK: np_sorting.KERNELS[so.TopK],
     so.SearchSorted: bf16_as_float32(_searchsorted),
 }
+
+from . import fft as _fft  # noqa: E402 - each op pack's CuPy kernels live in its own module
+KERNELS.update(_fft.KERNELS)
+from . import linalg as _linalg  # noqa: E402
+KERNELS.update(_linalg.KERNELS)
