@@ -14,10 +14,11 @@ import operator
 from typing import Literal
 
 from lazyx import dtypes as dt
-from lazyx.arguments import as_array, broadcast_shapes, cast, constant
+from lazyx.arguments import (MAX_DIM, as_array, broadcast_shapes, cast, check_dimensions,
+                             constant)
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, DtypeError, ShapeError
+from lazyx.errors import ArgumentError, DtypeError, IntegerRangeError, ShapeError
 from lazyx.memory import check_allocation, physical_memory
 from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import FixedShape, Primitive, Shape, Size
@@ -189,7 +190,7 @@ def _shape(shape, op: str) -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints) as a tuple of non-negative ints."""
     if type(shape) is tuple:
         for s in shape:
-            if type(s) is not int or s < 0:
+            if type(s) is not int or s < 0 or s > MAX_DIM:
                 break
         else:
             return shape
@@ -201,9 +202,7 @@ def _shape(shape, op: str) -> tuple[int, ...]:
         except TypeError:
             raise ShapeError(f"[{op}] shape must be an int or a sequence of ints, "
                              f"got {shape!r}.") from None
-    if any(s < 0 for s in dims):
-        raise ShapeError(f"[{op}] Negative dimensions are not allowed, got shape {dims}.")
-    return dims
+    return check_dimensions(dims, op)
 
 
 _PHYSICAL = physical_memory()
@@ -396,6 +395,9 @@ def arange(start=None, stop=None, step=None, dtype=None, *, stream=None) -> arra
     if not all(math.isfinite(v) for v in (start, stop, step)):
         raise ArgumentError(f"[arange] Cannot compute the length of arange({start}, {stop}, {step}).")
     n = _arange_length(start, stop, step)
+    if n > MAX_DIM:  # MLX's "Maximum size exceeded" (a ValueError)
+        raise IntegerRangeError(f"[arange] arange({start}, {stop}, {step}) has {n} elements, "
+                                f"more than the largest dimension ({MAX_DIM}, 32-bit as in MLX).")
     return lazy(_sized((n,), d, "arange"), d, Arange(to_stream(stream), start, stop, step, d), ())
 
 

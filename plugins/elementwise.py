@@ -1047,6 +1047,7 @@ class IsClose(Comparison):
 
 class AllClose(BinaryAll):
     __slots__ = ("rtol", "atol", "equal_nan")
+    arity = 2
     rtol: float
     atol: float
     equal_nan: bool
@@ -1066,6 +1067,7 @@ class ArrayEqual(BinaryAll):
     """Whether two arrays of one shape hold equal values."""
 
     __slots__ = ("equal_nan",)
+    arity = 2
     equal_nan: bool
 
     def __init__(self, stream, equal_nan):
@@ -1436,7 +1438,7 @@ multiply = _binary(Multiply, "multiply", _same,
 divide = _binary(Divide, "divide", _float,
                  "Element-wise true division with broadcasting: ``a / b``. "
                  "Integer inputs give float32.")
-floor_divide = _binary(FloorDivide, "floor_divide", _same,
+floor_divide = _binary(FloorDivide, "floor_divide", _no_complex,
                        "Element-wise floor division ``a // b``; integer inputs stay integer "
                        "(division by zero gives 0).")
 remainder = _binary(Remainder, "remainder", _no_complex,
@@ -1630,6 +1632,12 @@ def _rdivmod_op(a, b):
     return tuple(divmod(b, a))
 
 
+def _astype_method(self, dtype, stream=None) -> array:
+    """The array converted to ``dtype`` (see :func:`astype`); ``stream`` may be positional,
+    as in MLX's method."""
+    return astype(self, dtype, stream=stream)
+
+
 def _round_method(self, decimals: int = 0, *, stream=None) -> array:
     """The array rounded to ``decimals`` decimal places (see :func:`round`)."""
     return round(self, decimals, stream=stream)
@@ -1690,7 +1698,7 @@ _ALIASES = {
 }
 
 _METHODS = {
-    "astype": astype, "abs": abs, "square": square, "sqrt": sqrt, "rsqrt": rsqrt,
+    "astype": _astype_method, "abs": abs, "square": square, "sqrt": sqrt, "rsqrt": rsqrt,
     "reciprocal": reciprocal, "exp": exp, "log": log, "log1p": log1p, "log2": log2,
     "log10": log10, "sin": sin, "cos": cos, "round": _round_method, "conj": conj,
 }

@@ -14,8 +14,10 @@ Basic indexing (ints, slices, ``None``, ``...``) becomes a :class:`Slice` (a Num
 plus a reshape when ints or ``None`` change the dimensions; assigning to it a
 :class:`SliceUpdate`. An index with integer arrays (lazyx arrays, lists, NumPy
 arrays) follows NumPy's advanced-indexing rules and becomes a :class:`Gather`;
-assigning to it, or any ``a.at[...]`` update, a :class:`Scatter`. Boolean masks are
-refused, as MLX refuses them.
+assigning to it, or any ``a.at[...]`` update, a :class:`Scatter`. A boolean mask, as
+MLX 0.32 allows, is a whole-key assignment only (``a[mask] = v``, MLX's masked scatter:
+see :func:`_masked_update`); reading ``a[mask]`` is refused, as MLX refuses it (its shape
+would depend on the data).
 
 ``__setitem__`` is functional, as in MLX: ``a[idx] = v`` makes the Python object ``a``
 refer to a new node; nodes built from the old value keep reading it (see
@@ -44,7 +46,7 @@ import numpy as np
 import lazyx.core as mx
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
-from lazyx.array import _become, array, from_buffer, lazy
+from lazyx.array import SETITEM_REFS, array, from_buffer, lazy, update_in_place
 from lazyx.device import to_stream
 from lazyx.errors import (ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, LazyxError,
                           ShapeError, at_op)
@@ -56,7 +58,6 @@ from lazyx.examples import example, integers, uniform
 _int = int
 _index = operator.index
 _getrefcount = sys.getrefcount
-_new_array = array.__new__
 _PY_SCALARS = (bool, int, float, complex)
 _FULL = slice(None)
 #: One entry of a Gather's or Scatter's index (the module docstring says what each means).
@@ -194,6 +195,9 @@ class SliceUpdate(SameShape, _Strided):
 
     __slots__ = ()
     arity = 2
+    # Its output has the input's shape: a shapeless compile replays the traced block
+    # bounds at other shapes, as MLX's SliceUpdate does.
+    shapeless = True
 
     def vjp(self, primals, cotangents, argnums, outputs):
         v, g = primals[1], cotangents[0]
@@ -233,7 +237,8 @@ class Gather(Primitive):
 
     __slots__ = ("entries", "_template", "_places", "_take_axis", "_take_rest")
     entries: tuple[IndexEntry, ...]
-    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
+    # The index arrays' shapes are read at each call; slice entries keep their traced
+    # bounds, as MLX's Gather keeps its slice sizes in a shapeless compile.
 
     def __init__(self, stream, entries: tuple):
         super().__init__(stream)
@@ -455,6 +460,7 @@ class GatherAxis(Primitive):
     input, same dimension as ``a``) along ``axis``; other axes broadcast."""
 
     __slots__ = ("axis",)
+    arity = 2
     axis: Axis
 
     def __init__(self, stream, axis: int):
@@ -496,6 +502,7 @@ class ScatterAxis(SameShape):
     gets a cotangent."""
 
     __slots__ = ("axis",)
+    arity = 3
     axis: Axis
 
     def __init__(self, stream, axis: int):
@@ -726,8 +733,9 @@ def _empty_axis(size: int, axis: int, shape: tuple) -> IndexOutOfRangeError:
 
 def _bad_type(k) -> Exception:
     if isinstance(k, (bool, np.bool_)) or (isinstance(k, array) and k._dtype is dt.bool_):
-        return ArgumentError("Boolean indices are not supported (as in MLX); use integer "
-                             "indices, or mx.where for masking.")
+        return ArgumentError("Boolean indices are not supported here (as in MLX): a mask "
+                             "can only be the whole key of an assignment (a[mask] = v); use "
+                             "integer indices, or mx.where for masking.")
     return DtypeError(f"Cannot index an array with a value of type {type(k).__name__}: use "
                       f"ints, slices, None, ..., or integer arrays.")
 
@@ -1089,86 +1097,83 @@ def _scatter(a: array, key, value, reduce, transform=None) -> array:
 def _setitem(self, key, value) -> None:
     """``self[key] = value``: ``self`` now refers to a new array with the update
     (other references to the previous value are unchanged). With repeated positions,
-    one of the writes wins."""
+    one of the writes wins. A boolean mask as the whole key writes the masked positions
+    from ``value`` in order (MLX's masked scatter, see :func:`_masked_update`)."""
     refs = _getrefcount(self)
-    # The previous value moves to a fresh object (taking self's place among the outputs
-    # of a multi-output node); the update is built on it.
-    old = _new_array(array)
-    _become(old, self)
+    mask = _as_mask(key)
     try:
-        new = _scatter(old, key, value, None)
+        if mask is not None:
+            update_in_place(self, lambda old: _masked_update(old, mask, value), refs,
+                            SETITEM_REFS)
+        else:
+            update_in_place(self, lambda old: _scatter(old, key, value, None), refs,
+                            SETITEM_REFS)
     except LazyxError as e:
         raise at_op(e, "__setitem__")
-    # Nodes that read ``self`` must keep reading the previous value. Only when something
-    # besides this statement holds ``self`` can there be any: first those of the update's
-    # own graph (``a[0] = a[1]``), found by a walk; then any other consumer.
-    if refs > _CALLER_REFS:
-        refs -= _redirect(new, self, old)
-        if refs > _CALLER_REFS:
-            _redirect_referrers(self, old)
-    _become(self, new)
 
 
-def _caller_refs() -> int:
-    """References to the array in a plain ``name[key] = value`` statement, counted at the
-    start of ``_setitem`` (the name, the interpreter's own, ``self``, getrefcount's
-    argument); measured, because the interpreter's share differs between versions."""
-    seen = []
-
-    class Probe:
-        def __setitem__(self, key, value):
-            seen.append(_getrefcount(self))
-
-    probe = Probe()
-    probe[0] = 0
-    return seen[0]
-
-
-_CALLER_REFS = _caller_refs()
-
-
-def _redirect(root: array, target: array, repl: array) -> int:
-    """Make the unevaluated graph of ``root`` read ``repl`` where it reads ``target``;
-    returns how many references were replaced."""
-    replaced = 0
-    seen = {id(repl), id(target)}
-    stack = [root]
-    while stack:
-        a = stack.pop()
-        ins = a._inputs
-        if ins is None:
-            continue
-        hit = False
-        for x in ins:
-            if x is target:
-                hit = True
-            elif id(x) not in seen:
-                seen.add(id(x))
-                stack.append(x)
-        if hit:
-            replaced += sum(1 for x in ins if x is target)
-            a._inputs = tuple(repl if x is target else x for x in ins)
-    return replaced
+def _as_mask(key) -> array | None:
+    """``key`` as a boolean mask array when it is one (a bool array, a list or NumPy array
+    of bools, a Python bool), else None."""
+    if type(key) is array:
+        return key if key._dtype is dt.bool_ else None
+    if isinstance(key, (bool, np.bool_)):
+        return constant(bool(key), dt.bool_)
+    if isinstance(key, (list, np.ndarray)):
+        try:
+            x = np.asarray(key)
+        except (ValueError, TypeError):
+            return None
+        if x.dtype == np.bool_:
+            return from_buffer(np.array(x, copy=True))
+    return None
 
 
-def _redirect_referrers(target: array, repl: array) -> None:
-    """Make every unevaluated node that reads ``target`` read ``repl`` instead.
+def _masked_update(a: array, mask: array, value) -> array:
+    """``a`` with its positions where ``mask`` is True filled, in order, from the rows of
+    ``value`` (MLX's masked scatter).
 
-    Graph edges point at array objects and ``__setitem__`` rebinds the object, so a
-    consumer built earlier (``y = x * 2; x[0] = 1``) would otherwise see the new value.
-    Nodes keep no back-references, so the garbage collector's referrer search finds
-    them; it runs only when the array is referenced beyond the assignment statement.
+    ``mask`` covers the leading axes of ``a`` (its shape is ``a.shape[:k]``); each True
+    selects a block of shape ``trail = a.shape[k:]``. A ``value`` of up to ``len(trail)``
+    dimensions broadcasts to every selected block; one of ``len(trail) + 1`` dimensions is
+    a sequence of blocks, consumed in row-major order of the mask (extra rows unused, too
+    few an error at evaluation). Built from ``cumsum``, ``take`` and ``where``, so
+    gradients, ``vmap`` and ``compile`` follow from theirs.
     """
-    import gc
-    tuples = [r for r in gc.get_referrers(target) if type(r) is tuple]
-    if not tuples:
-        return
-    ids = {id(t) for t in tuples}
-    for owner in gc.get_referrers(*tuples):
-        if type(owner) is array or isinstance(owner, array):
-            ins = owner._inputs
-            if ins is not None and id(ins) in ids:
-                owner._inputs = tuple(repl if x is target else x for x in ins)
+    k = mask.ndim
+    shape = a._shape
+    if mask._shape != shape[:k]:
+        raise ShapeError(f"The boolean mask should have the same shape as the leading axes "
+                         f"of the indexed array, but the mask has shape {mask._shape} and "
+                         f"the array shape {shape}.")
+    trail = shape[k:]
+    stream = to_stream(None)
+    v = cast(value if type(value) is array else as_array(value), a._dtype, stream)
+    if v.ndim > len(trail) + 1:
+        raise ShapeError(f"The value's shape {v._shape} must broadcast with the last "
+                         f"{len(trail)} dimensions of the array (shape {shape}), after one "
+                         f"leading axis of rows for the masked positions.")
+    if v.ndim <= len(trail):
+        # One block, the same for every masked position.
+        v = mx.reshape(v, (1,) + v._shape, stream=stream)
+        rows = mask.size
+    else:
+        rows = v._shape[0]
+    try:
+        v = mx.broadcast_to(v, (rows,) + trail, stream=stream)
+    except ShapeError:
+        raise ShapeError(f"Cannot broadcast a value of shape {v._shape[1:]} to the masked "
+                         f"blocks of shape {trail}.") from None
+    # Row 0 is a filler the unmasked positions read; the j-th True reads row j, so a
+    # mask with more Trues than value rows reads past the end (an error at evaluation).
+    src = mx.concatenate([mx.zeros((1,) + trail, a._dtype, stream=stream), v], stream=stream)
+    flat = mx.reshape(mask, (-1,), stream=stream)
+    pos = mx.cumsum(cast(flat, dt.int32, stream), stream=stream)
+    idx = mx.reshape(mx.where(flat, pos, constant(0, dt.int32), stream=stream), mask._shape,
+                     stream=stream)
+    picked = mx.take(src, idx, axis=0, stream=stream)
+    wide = mx.reshape(mask, mask._shape + (1,) * len(trail), stream=stream)
+    return mx.where(wide, picked, a, stream=stream)
 
 
 class ArrayAt:
@@ -1348,7 +1353,7 @@ PRIMITIVES = [Slice, SliceUpdate, Gather, Scatter, GatherAxis, ScatterAxis]
 OPS = {
     "take": take, "take_along_axis": take_along_axis, "put_along_axis": put_along_axis,
     "array.__getitem__": _getitem, "array.__setitem__": _setitem,
-    "array.at": property(_at),
+    "array.at": property(_at), "ArrayAt": ArrayAt,
 }
 
 

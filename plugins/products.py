@@ -17,12 +17,14 @@ stays one batched ``matmul``.
 
 from __future__ import annotations
 
+import functools
+
 import lazyx.core as mx
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, normalize_axes, normalize_axis
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
-from lazyx.errors import AxisError, DtypeError, ShapeError
+from lazyx.errors import ArgumentError, AxisError, DtypeError, ShapeError
 from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import Axes, Primitive, SameShape
 from lazyx.examples import example, uniform
@@ -169,6 +171,7 @@ class Matmul(Primitive):
     """Matrix product with NumPy's ``matmul`` semantics (1-D operands, batch broadcast)."""
 
     __slots__ = ()
+    arity = 2
 
     def output_shapes(self, inputs):
         return [matmul_shape(inputs[0].shape, inputs[1].shape)]
@@ -190,6 +193,7 @@ class AddMM(Primitive):
     """``alpha * (a @ b) + beta * c``; inputs are ``(c, a, b)``."""
 
     __slots__ = ("alpha", "beta")
+    arity = 3
     alpha: float
     beta: float
 
@@ -269,6 +273,7 @@ class Softmax(SameShape):
     """
 
     __slots__ = ("axes", "precise")
+    arity = 1
     axes: Axes
     precise: bool
 
@@ -519,6 +524,9 @@ def kron(a, b, *, stream=None) -> array:
     """
     a = a if type(a) is array else as_array(a)
     b = b if type(b) is array else as_array(b)
+    if not a.size or not b.size:  # as MLX
+        raise ShapeError(f"[kron] Input arrays cannot be empty, got shapes {a._shape} and "
+                         f"{b._shape}.")
     n = max(len(a._shape), len(b._shape))
     sa = (1,) * (n - len(a._shape)) + a._shape
     sb = (1,) * (n - len(b._shape)) + b._shape
@@ -527,6 +535,358 @@ def kron(a, b, *, stream=None) -> array:
     b = _reshape(b, tuple(x for s in sb for x in (1, s)), stream)
     return _reshape(mx.multiply(a, b, stream=stream), tuple(x * y for x, y in zip(sa, sb)),
                     stream)
+
+
+def vecdot(a, b, /, *, axis: int = -1, stream=None) -> array:
+    """Compute the vector dot product of two arrays along an axis.
+
+    ``sum(conj(a) * b, axis)``: ``a`` and ``b`` have the same number of dimensions
+    and the same size along ``axis``; the other axes broadcast.
+
+    Args:
+        a (array): Input array.
+        b (array): Input array.
+        axis (int, optional): Axis over which to compute the dot product. Default: ``-1``.
+
+    Returns:
+        array: The vector dot product.
+    """
+    a = a if type(a) is array else as_array(a)
+    b = b if type(b) is array else as_array(b)
+    na, nb = len(a._shape), len(b._shape)
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):
+        raise DtypeError(f"[vecdot] axis must be an integer, got {axis!r}.")
+    axis = axis.__index__()
+    if na != nb or not -na <= axis < na:
+        raise AxisError(f"[vecdot] axis {axis} is out of bounds for a and b of shapes "
+                        f"{a._shape} and {b._shape} (they need the same number of "
+                        f"dimensions).")
+    if a._shape[axis] != b._shape[axis]:
+        raise ShapeError(f"[vecdot] a and b must have the same size along axis {axis}, got "
+                         f"shapes {a._shape} and {b._shape}.")
+    if a._dtype.kind == "c":
+        a = mx.conj(a, stream=stream)
+    return mx.sum(mx.multiply(a, b, stream=stream), axis, stream=stream)
+
+
+# -- einsum ----------------------------------------------------------------------------
+# MLX's einsum (mlx/einsum.cpp, after NumPy's and opt_einsum's): parse the subscripts
+# (implicit output, ellipses), choose a contraction order with a greedy path optimiser,
+# then lower each step of the path to lazyx ops: repeated indices become diagonals,
+# indices only one operand has are summed, a pair with a contracted index is one batched
+# matmul, anything else multiplies with broadcasting and sums. Every step is made of
+# ops that have their own rules, so grad, vmap and compile need nothing more.
+_EINSUM_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _einsum_parse(subscripts: str, shapes: list, op: str):
+    """``(input subscripts, output subscript, size of each index, largest term)`` with
+    ellipses expanded, checked against the operands' ``shapes`` as MLX checks them."""
+    if not isinstance(subscripts, str):
+        raise ArgumentError(f"[{op}] subscripts must be a string, got {subscripts!r}.")
+    if not shapes:
+        raise ArgumentError(f"[{op}] At least one operand is required.")
+    subs = subscripts.replace(" ", "")
+    if "->" in subs:
+        lhs, rhs = subs.split("->", 1)
+    else:
+        # Implicit output: indices seen once, sorted; an ellipsis goes first.
+        lhs, counts, rhs = subs, {}, ""
+        for c in subs:
+            if c == ",":
+                continue
+            if c == "." and not rhs:
+                rhs = "..."
+                continue
+            counts[c] = counts.get(c, 0) + 1
+        rhs = "".join(sorted(rhs + "".join(c for c, n in counts.items() if n == 1)))
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ArgumentError(f"[{op}] Number of operands, {len(shapes)}, does not match number "
+                            f"of input subscripts, {len(terms)} (subscripts {subscripts!r}).")
+    # Ellipsis axes take the last unused letters, so shorter operands broadcast on the left.
+    free = "".join(c for c in _EINSUM_LETTERS if c not in subscripts)
+    widest = 0
+
+    def expand(term: str, ndim):
+        nonlocal widest
+        if any(not c.isalpha() for c in term.replace("...", "")) or term.count("...") > 1 \
+                or term.replace("...", "").count("."):
+            bad = [c for c in term.replace("...", "") if not c.isalpha()]
+            if term.count("...") > 1:
+                raise ArgumentError(f"[{op}] Only one ellipsis per subscript is allowed but "
+                                    f"found more in {term!r}.")
+            raise ArgumentError(f"[{op}] Subscripts must be letters, but got {bad[0]!r} in "
+                                f"{subscripts!r}.")
+        if "..." not in term:
+            return term
+        named = len(term) - 3
+        if ndim is None:
+            n = widest
+        else:
+            n = ndim - named
+            if n < 0:
+                raise ShapeError(f"[{op}] An operand of shape {shapes[len(done)]} has "
+                                 f"insufficient dimensions for subscript {term!r}: the "
+                                 f"ellipsis needs at least {named} dimensions.")
+            widest = max(widest, n)
+        return term.replace("...", free[len(free) - n:] if n else "")
+
+    done: list = []
+    for term, shape in zip(terms, shapes):
+        done.append(expand(term, len(shape)))
+    out = expand(rhs, None)
+    if len(set(out)) != len(out):
+        raise ArgumentError(f"[{op}] Repeat indices not allowed in output {rhs!r}.")
+    sizes: dict = {}
+    for k, (term, shape) in enumerate(zip(done, shapes)):
+        if len(term) != len(shape):
+            raise ShapeError(f"[{op}] Invalid number of subscripts {len(term)} ({terms[k]!r}) "
+                             f"for input {k} with {len(shape)} dimensions (shape {shape}).")
+        local: dict = {}
+        for c, d in zip(term, shape):
+            if local.setdefault(c, d) != d:
+                raise ShapeError(f"[{op}] Dimensions of repeated subscripts do not have the "
+                                 f"same size ({local[c]} != {d}) in {terms[k]!r} for input "
+                                 f"{k} of shape {shape}.")
+            have = sizes.setdefault(c, d)
+            if d != 1 and have != 1 and have != d:
+                raise ShapeError(f"[{op}] Cannot broadcast dimension {term.index(c)} of input "
+                                 f"{k} with shape {shape} to size {have}.")
+            sizes[c] = max(have, d)
+    for c in out:
+        if c not in sizes:
+            raise ArgumentError(f"[{op}] Output subscript {c!r} does not appear in any input "
+                                f"of {subscripts!r}.")
+    largest = max(_prod(sizes[c] for c in t) for t in done + [out])
+    return done, out, sizes, largest
+
+
+@functools.cache
+def _greedy_optimizer():
+    """MLX's greedy contraction order as an ``opt_einsum`` path optimiser (a class
+    built on first use: opt_einsum costs ~10 ms to import)."""
+    from opt_einsum.helpers import compute_size_by_dict, flop_count  # start-up: see above
+    from opt_einsum.paths import PathOptimizer  # start-up: see above
+
+    class MLXGreedy(PathOptimizer):
+        """Pairwise greedy: contract the pair that removes the most elements (then the
+        cheapest), outer products only when no pair shares an index; a candidate whose
+        result outgrows ``memory_limit`` or whose cost passes ``cost_limit`` is dropped.
+        This is MLX's rule (and NumPy's), so ``einsum_path`` gives MLX's paths."""
+
+        def __init__(self, cost_limit: int | None = None):
+            self.cost_limit = cost_limit
+
+        def __call__(self, inputs, output, size_dict, memory_limit=None):
+            sets = [frozenset(s) for s in inputs]
+            output = frozenset(output)
+            if len(sets) <= 2:
+                return [tuple(range(len(sets)))]
+            def size(indices):
+                return compute_size_by_dict(indices, size_dict)
+
+            mem = float("inf") if memory_limit is None else memory_limit
+            cost_limit = float("inf") if self.cost_limit is None else self.cost_limit
+            pairs = [(i, j) for i in range(len(sets)) for j in range(i + 1, len(sets))]
+            path, spent, found = [], 0, []
+
+            def consider(i, j):
+                both = sets[i] | sets[j]
+                keep = frozenset(c for k, s in enumerate(sets) if k not in (i, j)
+                                 for c in s if c in both) | (output & both)
+                new_size = size(keep)
+                if new_size > mem:
+                    return
+                cost = flop_count(both, len(both) > len(keep), 2, size_dict)
+                if spent + cost > cost_limit:
+                    return
+                found.append((size(sets[i]) + size(sets[j]) - new_size, cost, keep, i, j))
+
+            for _ in range(len(sets) - 1):
+                for i, j in pairs:
+                    if sets[i] & sets[j]:
+                        consider(i, j)
+                if not found:  # outer products only when nothing shares an index
+                    for i, j in pairs:
+                        consider(i, j)
+                if not found:
+                    path.append(tuple(range(len(sets))))
+                    break
+                best = found[0]
+                for cand in found[1:]:
+                    if cand[0] > best[0] or (cand[0] == best[0] and cand[1] < best[1]):
+                        best = cand
+                _, cost, keep, x, y = best
+                path.append((x, y))
+                spent += cost
+                del sets[y], sets[x]
+                sets.append(keep)
+                found[:] = [(r, c, k, i - (i > x) - (i > y), j - (j > x) - (j > y))
+                            for r, c, k, i, j in found if not {i, j} & {x, y}]
+                pairs = [(i, len(sets) - 1) for i in range(len(sets) - 1)]
+            return path
+
+    return MLXGreedy, flop_count
+
+
+def _einsum_plan(subscripts: str, operands: tuple, op: str):
+    """The parsed subscripts, the path and the figures ``einsum_path`` prints."""
+    shapes = [x._shape for x in operands]
+    terms, out, sizes, largest = _einsum_parse(subscripts, shapes, op)
+    optimizer, flop_count = _greedy_optimizer()
+    every = set("".join(terms))
+    naive_cost = flop_count(every, bool(every - set(out)), len(terms), sizes)
+    path = optimizer(cost_limit=naive_cost)([set(t) for t in terms], set(out), sizes, largest)
+    # Replay the path on index sets for the optimised cost and scaling.
+    sets, cost, scaling = [set(t) for t in terms], 0, 0
+    if len(terms) <= 2:
+        cost, scaling = naive_cost, len(every)
+    else:
+        for step in path:
+            both = set().union(*(sets[i] for i in step))
+            rest = [s for k, s in enumerate(sets) if k not in step]
+            keep = {c for c in both if c in out or any(c in s for s in rest)}
+            cost += flop_count(both, len(both) > len(keep), len(step), sizes)
+            scaling = max(scaling, len(both))
+            sets = rest + [keep]
+    info = (f"  Complete contraction:  {subscripts}\n"
+            f"         Naive scaling:  {len(every)}\n"
+            f"     Optimized scaling:  {scaling}\n"
+            f"      Naive FLOP count:  {naive_cost}\n"
+            f"  Optimized FLOP count:  {cost}\n")
+    return terms, out, path, info
+
+
+def _collapse_repeats(x: array, term: str, stream):
+    """``x`` with each repeated index replaced by its diagonal (``ii`` -> ``i``)."""
+    while len(set(term)) < len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        i = term.index(c)
+        j = term.index(c, i + 1)
+        x = mx.diagonal(x, 0, i, j, stream=stream)  # the diagonal axis goes last
+        term = term[:i] + term[i + 1:j] + term[j + 1:] + c
+    return x, term
+
+
+def _einsum_dot(a: array, ta: str, b: array, tb: str, out: str, stream):
+    """Contract ``a`` and ``b`` over their shared indices not in ``out`` with one batched
+    matmul; the result's indices are batch, then a's free, then b's free ones."""
+    contract = [c for c in ta if c not in out]
+    batch = [c for c in ta if c in out and c in tb]
+    free_a = [c for c in ta if c in out and c not in tb]
+    free_b = [c for c in tb if c in out and c not in ta]
+    sa = dict(zip(ta, a._shape))
+    sb = dict(zip(tb, b._shape))
+
+    def arrange(x, term, sizes, order, group1, group2):
+        perm = [term.index(c) for c in order]
+        if perm != list(range(len(term))):
+            x = mx.transpose(x, perm, stream=stream)
+        # A contracted index of size 1 on one side broadcasts to the other side's size.
+        full = tuple(max(sa[c] if c in sa else 1, sb[c] if c in sb else 1)
+                     if c in contract else sizes[c] for c in order)
+        if full != x._shape:
+            x = mx.broadcast_to(x, full, stream=stream)
+        lead = full[:len(batch)]
+        return _reshape(x, lead + (_prod(sizes_of(group1, full, order)),
+                                   _prod(sizes_of(group2, full, order))), stream)
+
+    def sizes_of(group, full, order):
+        return [full[order.index(c)] for c in group]
+
+    a2 = arrange(a, ta, sa, batch + free_a + contract, free_a, contract)
+    b2 = arrange(b, tb, sb, batch + contract + free_b, contract, free_b)
+    r = matmul(a2, b2, stream=stream)
+    shape = r._shape[:len(batch)] + tuple(sa[c] for c in free_a) + tuple(sb[c] for c in free_b)
+    return _reshape(r, shape, stream), "".join(batch + free_a + free_b)
+
+
+def _einsum_naive(xs: list, terms: list, out: str, stream):
+    """Multiply the operands with broadcasting and sum the indices not in ``out``."""
+    order = []
+    for t in terms:
+        order += [c for c in t if c not in order]
+    acc = None
+    for x, t in zip(xs, terms):
+        mine = [c for c in order if c in t]
+        perm = [t.index(c) for c in mine]
+        if perm != list(range(len(t))):
+            x = mx.transpose(x, perm, stream=stream)
+        dims = dict(zip(mine, x._shape))
+        x = _reshape(x, tuple(dims.get(c, 1) for c in order), stream)
+        acc = x if acc is None else mx.multiply(acc, x, stream=stream)
+    summed = tuple(i for i, c in enumerate(order) if c not in out)
+    if summed:
+        acc = mx.sum(acc, summed, stream=stream)
+    left = [c for c in order if c in out]
+    return acc, "".join(left)
+
+
+def einsum(subscripts: str, *operands, stream=None) -> array:
+    """Perform the Einstein summation convention on the operands.
+
+    The contraction order is MLX's greedy path (see :func:`einsum_path`); each step
+    is a diagonal, a sum, a batched ``matmul`` or a broadcast product, so ``einsum``
+    differentiates, vectorises and compiles like the ops it is made of.
+
+    Args:
+        subscripts (str): The Einstein summation convention equation, e.g.
+            ``"ij,jk->ik"``; ``...`` stands for broadcast leading axes, and without
+            ``->`` the output is the indices seen once, in alphabetical order.
+        *operands (array): The input arrays.
+
+    Returns:
+        array: The output array.
+
+    Example:
+        >>> einsum("bhqd,bhkd->bhqk", q, k)  # attention scores
+    """
+    xs = [x if type(x) is array else as_array(x) for x in operands]
+    terms, out, path, _ = _einsum_plan(subscripts, xs, "einsum")
+    terms = list(terms)
+    for step in path:
+        inputs = [xs[i] for i in step]
+        subs = [terms[i] for i in step]
+        rest = [terms[i] for i in range(len(terms)) if i not in step]
+        final = len(rest) == 0
+        # The indices this step must keep: the output's and those later steps need.
+        wanted = set(out).union(*rest) if not final else set(out)
+        for k in range(len(inputs)):
+            inputs[k], subs[k] = _collapse_repeats(inputs[k], subs[k], stream)
+        for k in range(len(inputs)):
+            others = set(wanted).union(*(s for m, s in enumerate(subs) if m != k))
+            alone = tuple(i for i, c in enumerate(subs[k]) if c not in others)
+            if alone:
+                inputs[k] = mx.sum(inputs[k], alone, stream=stream)
+                subs[k] = "".join(c for c in subs[k] if c in others)
+        if len(inputs) == 2 and any(c not in wanted for c in subs[0]):
+            r, rt = _einsum_dot(inputs[0], subs[0], inputs[1], subs[1], wanted, stream)
+        else:
+            r, rt = _einsum_naive(inputs, subs, wanted, stream)
+        xs = [x for i, x in enumerate(xs) if i not in step] + [r]
+        terms = rest + [rt]
+    (r,), (rt,) = xs, terms
+    if rt != out:
+        r = mx.transpose(r, [rt.index(c) for c in out], stream=stream)
+    return r
+
+
+def einsum_path(subscripts: str, *operands):
+    """Compute the contraction order for the given Einstein summation.
+
+    Args:
+        subscripts (str): The Einstein summation convention equation.
+        *operands (array): The input arrays.
+
+    Returns:
+        tuple(list(tuple(int, int)), str): The einsum path (the positions contracted
+        at each step, in the list of operands left at that step, results appended)
+        and a string containing information about the chosen path.
+    """
+    xs = [x if type(x) is array else as_array(x) for x in operands]
+    _, _, path, info = _einsum_plan(subscripts, xs, "einsum_path")
+    return path, info
 
 
 def _rmatmul(a, b):
@@ -538,6 +898,7 @@ PRIMITIVES = [Matmul, AddMM, Softmax]
 OPS = {
     "matmul": matmul, "addmm": addmm, "inner": inner, "outer": outer,
     "tensordot": tensordot, "kron": kron, "softmax": softmax,
+    "einsum": einsum, "einsum_path": einsum_path, "vecdot": vecdot,
     "array.__matmul__": matmul, "array.__rmatmul__": _rmatmul,
 }
 

@@ -36,7 +36,8 @@ import numpy as np
 
 import lazyx.core as mx
 from lazyx import dtypes as dt
-from lazyx.arguments import as_array, broadcast_shapes, cast, constant, normalize_axis
+from lazyx.arguments import (MAX_DIM, as_array, broadcast_shapes, cast, check_dimensions,
+                             constant, normalize_axis)
 from lazyx.array import array, from_buffer, lazy
 from lazyx.device import to_stream
 from lazyx.errors import DtypeError, ShapeError, TransformError
@@ -46,7 +47,6 @@ from lazyx import examples as _ex
 from lazyx.rules import NoGradient, add_batch_axis, batch_first, batch_size
 
 _M32 = 0xFFFFFFFF
-_M64 = (1 << 64) - 1
 _UINT = {1: dt.uint8, 2: dt.uint16, 4: dt.uint32, 8: dt.uint64}
 _SQRT2 = math.sqrt(2.0)
 _ABOVE_MINUS_ONE = float(np.nextafter(np.float32(-1), np.float32(0)))
@@ -121,6 +121,7 @@ class MatrixSqrt(SameShape):
     """
 
     __slots__ = ()
+    arity = 1
 
     def vjp(self, primals, cotangents, argnums, outputs):
         # The derivative is self-adjoint, so the vjp applies it to the cotangent.
@@ -282,15 +283,13 @@ def _key(k, op: str) -> array:
 
 
 def _shape_arg(shape, op: str) -> tuple[int, ...]:
-    if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape):
+    if type(shape) is tuple and all(type(s) is int and 0 <= s <= MAX_DIM for s in shape):
         return shape
     try:
         out = tuple(operator.index(s) for s in shape)
     except TypeError:
         raise ShapeError(f"[{op}] shape must be a sequence of integers, got {shape!r}.") from None
-    if any(s < 0 for s in out):
-        raise ShapeError(f"[{op}] Negative dimensions are not allowed, got shape {out}.")
-    return out
+    return check_dimensions(out, op)
 
 
 def _dtype_arg(dtype, default: dt.Dtype) -> dt.Dtype:
@@ -467,29 +466,11 @@ def randint(low, high, shape=(), dtype=dt.int32, key=None, stream=None) -> array
     if d.kind not in "biu":
         raise DtypeError(f"[randint] randint only accepts integer dtypes and bool, got "
                          f"{d.name}.")
-    shape = _shape_arg(shape, "randint")
-    u64 = dt.uint64
-    if type(low) in (int, float, bool) and type(high) in (int, float, bool):
-        lo, hi = int(low), int(high)
-        rng = hi - lo if hi > lo else 1
-        if rng > 1 << 64:
-            raise ShapeError(f"[randint] The range [{lo}, {hi}) is wider than 2**64.")
-        raw = _bits(shape, 8, _key(key, "randint"), stream)
-        out = raw if rng == 1 << 64 else mx.remainder(raw, constant(rng, u64), stream=stream)
-        if lo:
-            out = mx.add(out, constant(lo & _M64, u64), stream=stream)
-    else:
-        lo = cast(as_array(low), dt.int64, stream)
-        hi = cast(as_array(high), dt.int64, stream)
-        _fits(shape, (lo._shape, hi._shape), "randint")
-        raw = _bits(shape, 8, _key(key, "randint"), stream)
-        span = cast(mx.subtract(hi, lo, stream=stream), u64, stream)
-        # The span wraps for intervals wider than int64; as uint64 it is right.
-        span = mx.where(mx.less_equal(hi, lo, stream=stream), constant(1, u64), span,
-                        stream=stream)
-        out = mx.add(mx.remainder(raw, span, stream=stream), cast(lo, u64, stream),
-                     stream=stream)
-    return cast(out, d, stream)
+    # MLX's algorithm, so that one key gives MLX's numbers: float32 uniform samples in
+    # [low, high), rounded down, clamped below at low, converted to the dtype.
+    lo = low if type(low) is array else as_array(low)
+    u = _uniform(lo, high, _shape_arg(shape, "randint"), dt.float32, key, stream, "randint")
+    return cast(mx.maximum(mx.floor(u, stream=stream), lo, stream=stream), d, stream)
 
 
 

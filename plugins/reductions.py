@@ -133,6 +133,7 @@ class Reduce(_OverAxes):
     """
 
     __slots__ = ("op",)
+    arity = 1
     op: Literal["sum", "prod", "max", "min", "all", "any"]
 
     # Positionally the op comes first (``Reduce(stream, "sum", axes, keepdims)``),
@@ -189,6 +190,7 @@ class ArgReduce(NoGradient, Primitive):
     """
 
     __slots__ = ("op", "axis", "keepdims")
+    arity = 1
     op: Literal["argmax", "argmin"]
     axis: Axis | None
     keepdims: bool
@@ -219,6 +221,7 @@ class LogSumExp(_OverAxes):
     with ``m`` the (finite) maximum. The input is inexact; the output has its dtype."""
 
     __slots__ = ()
+    arity = 1
 
     def _softmax(self, x, out, s):
         out = out if self.keepdims else mx.expand_dims(out, self.axes, stream=s)
@@ -251,6 +254,7 @@ class Median(_OverAxes):
     """
 
     __slots__ = ()
+    arity = 1
 
     def _middle(self, x, s):
         """``x`` grouped (reduced axes flattened last), the positions of the middle
@@ -292,6 +296,7 @@ class Scan(SameShape):
     """
 
     __slots__ = ("op", "axis", "reverse", "inclusive")
+    arity = 1
     op: Literal[tuple(_SCAN_FUNCTIONS)]
     axis: Axis
     reverse: bool
@@ -860,7 +865,7 @@ OPS = {
     "all": all, "any": any, "argmax": argmax, "argmin": argmin, "logsumexp": logsumexp,
     "count_nonzero": count_nonzero, "median": median,
     "cumsum": cumsum, "cumprod": cumprod, "cummax": cummax, "cummin": cummin,
-    "logcumsumexp": logcumsumexp,
+    "logcumsumexp": logcumsumexp, "cumulative_sum": cumsum, "cumulative_prod": cumprod,
     "array.sum": sum, "array.prod": prod, "array.max": max, "array.min": min,
     "array.mean": mean, "array.var": _var_method, "array.std": _std_method,
     "array.all": all, "array.any": any, "array.argmax": argmax, "array.argmin": argmin,

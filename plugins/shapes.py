@@ -31,7 +31,8 @@ import numpy as np
 
 import lazyx.core as mx
 from lazyx import dtypes as dt
-from lazyx.arguments import as_array, broadcast_shapes as _broadcast_shapes, cast, normalize_axis
+from lazyx.arguments import (as_array, broadcast_shapes as _broadcast_shapes, cast,
+                             check_dimensions, normalize_axis)
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
@@ -70,19 +71,47 @@ class _Reshaping(Primitive):
         return [_apply(self, tangents[0])]
 
 
-class Reshape(FixedShape, _Reshaping):
-    """``a`` with the same elements in row-major order and a new ``shape``."""
+def _reinferred(shape: tuple, infer: int, size: int, op: str, src: tuple) -> tuple:
+    """``shape`` with dimension ``infer`` (-1: none) inferred again from ``size``, as a
+    shapeless compile replays a reshape written with ``-1`` at other input shapes (MLX
+    keeps the ``-1``; the other dimensions stay as traced)."""
+    if infer >= 0:
+        known = _prod(d for i, d in enumerate(shape) if i != infer)
+        if known and size % known == 0:
+            return shape[:infer] + (size // known,) + shape[infer + 1:]
+    elif _prod(shape) == size:
+        return shape
+    spec = shape if infer < 0 else shape[:infer] + (-1,) + shape[infer + 1:]
+    raise ShapeError(f"[{op}] Cannot reshape an array of shape {src} (size {size}) into "
+                     f"shape {spec}.")
 
-    __slots__ = ("shape",)
+
+class Reshape(FixedShape, _Reshaping):
+    """``a`` with the same elements in row-major order and a new ``shape``; ``infer``
+    is the dimension written ``-1`` (-1: none), which a shapeless compile infers again
+    from the size at each call (the kernel reshapes to :attr:`target`)."""
+
+    __slots__ = ("shape", "infer", "_target")
     shape: Shape
-    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
+    infer: int
 
     def is_noop(self, inputs):
         return inputs[0].shape == self.shape
 
-    def __init__(self, stream, shape: tuple):
+    def __init__(self, stream, shape: tuple, infer: int = -1):
         super().__init__(stream)
         self.shape = shape
+        self.infer = infer
+        self._target = shape if infer < 0 else shape[:infer] + (-1,) + shape[infer + 1:]
+
+    @property
+    def target(self) -> tuple:
+        """The shape the kernel reshapes to: ``shape`` with ``-1`` at ``infer``."""
+        return self._target
+
+    def output_shapes(self, inputs):
+        s = inputs[0].shape
+        return [_reinferred(self.shape, self.infer, _prod(s), "reshape", s)]
 
     def vmap(self, inputs, axes):
         x, b = inputs[0], axes[0]
@@ -124,27 +153,38 @@ class Flatten(_Reshaping):
 
 
 class Unflatten(_Reshaping):
-    """Axis ``axis`` split into the dimensions ``shape`` (their product is its size)."""
+    """Axis ``axis`` split into the dimensions ``shape`` (their product is its size);
+    ``infer`` is the dimension written ``-1`` (-1: none), inferred again from the
+    axis's size when a shapeless compile replays it (:attr:`target` keeps the ``-1``)."""
 
-    __slots__ = ("axis", "shape")
+    __slots__ = ("axis", "shape", "infer", "_target")
     axis: Axis
     shape: Shape
-    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
+    infer: int
 
-    def __init__(self, stream, axis: int, shape: tuple):
+    def __init__(self, stream, axis: int, shape: tuple, infer: int = -1):
         super().__init__(stream)
         self.axis = axis
         self.shape = shape
+        self.infer = infer
+        self._target = shape if infer < 0 else shape[:infer] + (-1,) + shape[infer + 1:]
+
+    @property
+    def target(self) -> tuple:
+        """The dimensions the kernel splits the axis into: ``shape`` with ``-1`` at ``infer``."""
+        return self._target
 
     def output_shapes(self, inputs):
         s = inputs[0].shape
-        return [s[:self.axis] + self.shape + s[self.axis + 1:]]
+        ax = self.axis
+        new = _reinferred(self.shape, self.infer, s[ax], "unflatten", (s[ax],))
+        return [s[:ax] + new + s[ax + 1:]]
 
     def vmap(self, inputs, axes):
         b, ax = axes[0], self.axis
         if b <= ax:
-            return [_apply(Unflatten(self.stream, ax + 1, self.shape), inputs[0])], [b]
-        return [_apply(Unflatten(self.stream, ax, self.shape), inputs[0])], \
+            return [_apply(Unflatten(self.stream, ax + 1, self.shape, self.infer), inputs[0])], [b]
+        return [_apply(Unflatten(self.stream, ax, self.shape, self.infer), inputs[0])], \
             [b + len(self.shape) - 1]
 
 
@@ -196,6 +236,7 @@ class Transpose(Primitive):
     """``a`` with its axes permuted: output axis ``i`` is input axis ``axes[i]``."""
 
     __slots__ = ("axes",)
+    arity = 1
     axes: Axes
 
     def is_noop(self, inputs):
@@ -230,7 +271,6 @@ class BroadcastTo(FixedShape):
     __slots__ = ("shape",)
     shape: Shape
     arity = 1
-    shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
 
     def is_noop(self, inputs):
         return inputs[0].shape == self.shape
@@ -238,6 +278,12 @@ class BroadcastTo(FixedShape):
     def __init__(self, stream, shape: tuple):
         super().__init__(stream)
         self.shape = shape
+
+    def output_shapes(self, inputs):
+        # The input's shape broadcast with the traced one, as MLX: a shapeless compile
+        # replays it at input shapes that broadcast to a larger result.
+        s = inputs[0].shape
+        return [self.shape if s == self.shape else _broadcast_shapes(s, self.shape)]
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [sum_to_shape(cotangents[0], primals[0]._shape, self.stream)]
@@ -298,6 +344,7 @@ class Split(Primitive):
     axis): one output per piece, as Python slicing gives them."""
 
     __slots__ = ("indices", "axis")
+    arity = 1
     indices: tuple[int, ...]
     axis: Axis
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
@@ -348,6 +395,7 @@ class Pad(Primitive):
     ``high_pad_size[i]`` after along ``axes[i]``."""
 
     __slots__ = ("axes", "low_pad_size", "high_pad_size")
+    arity = 2
     axes: Axes
     low_pad_size: Shape
     high_pad_size: Shape
@@ -411,6 +459,7 @@ class DynamicSlice(Primitive):
     input (an integer array, read at evaluation), 0 along the other axes."""
 
     __slots__ = ("axes", "slice_size")
+    arity = 2
     axes: Axes
     slice_size: Shape
     shapeless = False  # parameters fix the output shape (see Primitive.shapeless)
@@ -595,6 +644,7 @@ class View(Primitive):
     """``a``'s bytes (row-major) read as ``dtype``; the last axis scales by the size ratio."""
 
     __slots__ = ("dtype",)
+    arity = 1
     dtype: dt.Dtype
 
     def __init__(self, stream, dtype):
@@ -624,6 +674,7 @@ class Contiguous(SameShape):
     """``a`` in row-major memory order (or column-major, if allowed and already so)."""
 
     __slots__ = ("allow_col_major",)
+    arity = 1
     allow_col_major: bool
 
     def __init__(self, stream, allow_col_major: bool):
@@ -644,6 +695,7 @@ class Diagonal(Primitive):
     """The diagonal ``offset`` of the planes of ``axis1`` and ``axis2``, as a last axis."""
 
     __slots__ = ("offset", "axis1", "axis2")
+    arity = 1
     offset: int
     axis1: Axis
     axis2: Axis
@@ -688,6 +740,7 @@ class Diag(Primitive):
     """A square matrix with 1-D ``a`` on its diagonal ``k`` and zeros elsewhere."""
 
     __slots__ = ("k",)
+    arity = 1
     k: int
 
     def __init__(self, stream, k: int):
@@ -855,7 +908,9 @@ def _update_block(a_shape: tuple, u_shape: tuple, axes: tuple) -> tuple:
 
 def _alias(a: array, stream) -> array:
     """A new array object with ``a``'s value (shares the buffer; no copy)."""
-    if a._data is not None:
+    # Only a leaf: an evaluated node that still holds its primitive (a transform's
+    # traced input) must stay in the graph, or gradients stop at the alias.
+    if a._data is not None and a._prim is None:
         return from_buffer(a._data, a._dtype)
     return lazy(a._shape, a._dtype, Reshape(to_stream(stream), a._shape), (a,))
 
@@ -894,9 +949,10 @@ def reshape(a, /, shape, *, stream=None) -> array:
                     _infer_shape(src, size, shape, "reshape")  # raises, naming both shapes
             return lazy(shape, a._dtype, Reshape(to_stream(stream), shape), (a,))
     shape = _ints(shape, "reshape", "shape")
+    infer = shape.index(-1) if -1 in shape else -1  # kept for shapeless compile, as MLX
     if shape != a._shape:
         shape = _infer_shape(a._shape, a.size, shape, "reshape")
-    return lazy(shape, a._dtype, Reshape(to_stream(stream), shape), (a,))
+    return lazy(shape, a._dtype, Reshape(to_stream(stream), shape, infer), (a,))
 
 
 def flatten(a, /, start_axis: int = 0, end_axis: int = -1, *, stream=None) -> array:
@@ -943,6 +999,7 @@ def unflatten(a, /, axis: int, shape, *, stream=None) -> array:
     if not shape:
         raise ShapeError("[unflatten] The shape to unflatten into cannot be empty.")
     n = a._shape[ax]
+    infer = shape.index(-1) if -1 in shape else -1  # kept for shapeless compile
     if shape.count(-1) > 1:
         raise ShapeError(f"[unflatten] Can only infer one dimension, got shape {shape}.")
     if -1 in shape:
@@ -954,7 +1011,7 @@ def unflatten(a, /, axis: int, shape, *, stream=None) -> array:
     if any(d < 0 for d in shape) or _prod(shape) != n:
         raise ShapeError(f"[unflatten] Cannot unflatten axis {ax} of size {n} into shape {shape}.")
     out = a._shape[:ax] + shape + a._shape[ax + 1:]
-    return lazy(out, a._dtype, Unflatten(to_stream(stream), ax, shape), (a,))
+    return lazy(out, a._dtype, Unflatten(to_stream(stream), ax, shape, infer), (a,))
 
 
 def squeeze(a, /, axis=None, *, stream=None) -> array:
@@ -1146,10 +1203,7 @@ def broadcast_to(a, /, shape, *, stream=None) -> array:
     shape = _ints(shape, "broadcast_to", "shape")
     s = a._shape
     if s != shape:
-        for d in shape:
-            if d < 0:
-                raise ShapeError(f"[broadcast_to] Negative dimensions are not allowed: "
-                                 f"shape {shape}.")
+        check_dimensions(shape, "broadcast_to")
         off = len(shape) - len(s)
         ok = off >= 0
         if ok:
@@ -1828,6 +1882,125 @@ def _array_view(self, dtype, *, stream=None) -> array:
     return view(self, dtype, stream=stream)
 
 
+def diff(a, /, n: int = 1, axis: int = -1, *, stream=None) -> array:
+    """The n-th discrete difference along the given axis.
+
+    ``a[1:] - a[:-1]`` along ``axis``, ``n`` times (``not_equal`` for booleans, as
+    NumPy and MLX); ``n`` past the axis' length gives an empty axis.
+
+    Args:
+        a (array): Input array.
+        n (int, optional): The number of times to difference. Default: ``1``.
+        axis (int, optional): The axis along which to difference. Default: ``-1``.
+
+    Returns:
+        array: The n-th differences.
+    """
+    a = _operand(a)
+    n = _int_argument(n, "diff", "n")
+    axis = _int_argument(axis, "diff", "axis")
+    if n < 0:
+        raise ArgumentError(f"[diff] Order `n` must be non-negative, got n={n}.")
+    nd = len(a._shape)
+    if not -nd <= axis < nd:
+        raise AxisError(f"[diff] Axis {axis} is out of bounds for the array of shape "
+                        f"{a._shape}.")
+    axis %= nd
+    lead = (_py_slice(None),) * axis
+    for _ in range(n):
+        if a._shape[axis] == 0:
+            break
+        hi, lo = a[lead + (_py_slice(1, None),)], a[lead + (_py_slice(None, -1),)]
+        a = mx.not_equal(hi, lo, stream=stream) if a._dtype is dt.bool_ else \
+            mx.subtract(hi, lo, stream=stream)
+    return a
+
+
+def _int_argument(value, op: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (_int, np.integer)):
+        raise DtypeError(f"[{op}] {name} must be an integer, got {value!r}.")
+    return _int(value)
+
+
+# -- fp8 (e4m3) ------------------------------------------------------------------------
+# MLX's to_fp8/from_fp8 are bit conversions through views of the float32 bits: written
+# with integer ops here, so every backend, vmap and compile run them with no kernel of
+# their own. Encoding rounds to nearest even and saturates (NaN and +-inf included) to
+# +-448, MLX's rule (PyTorch's float8_e4m3fn conversion, saturating); decoding is a
+# 256-entry table lookup in which, as in MLX, no code is NaN.
+_FP8_SATURATE = 543 << 21      # float32 bits of the first magnitude rounding past 448
+_FP8_NORMAL = 121 << 23        # float32 bits of 2**-6, the smallest normal e4m3
+_FP8_DENORM = 141 << 23        # float32 bits of 2**14: adding it rounds to 2**-9 steps
+_FP8_BIAS = (((7 - 127) << 23) + 0x7FFFF) % (1 << 32)  # rebias the exponent, round up
+
+
+def _u32(value: int) -> array:
+    return array(np.uint32(value))
+
+
+def to_fp8(x, *, stream=None) -> array:
+    """Convert the array to fp8 (e4m3) from another floating-point type.
+
+    Args:
+        x (array): The input array, of a real floating dtype.
+
+    Returns:
+        array: The array converted to fp8, as the bits in a ``uint8`` array.
+    """
+    x = _operand(x)
+    if x._dtype.kind != "f":
+        raise DtypeError(f"[to_fp8] Only real floating types are supported but x has dtype "
+                         f"{x._dtype.name} (shape {x._shape}).")
+    s = stream
+    bits = view(cast(x, dt.float32, s), dt.uint32, stream=s)
+    sign = mx.bitwise_and(bits, _u32(0x80000000), stream=s)
+    mag = mx.bitwise_xor(bits, sign, stream=s)
+    # Below 2**-6: add 2**14 so that float32 rounding lands on the subnormal grid.
+    sub = mx.subtract(view(mx.add(view(mag, dt.float32, stream=s),
+                                  view(_u32(_FP8_DENORM), dt.float32), stream=s),
+                           dt.uint32, stream=s), _u32(_FP8_DENORM), stream=s)
+    odd = mx.bitwise_and(mx.right_shift(mag, _u32(20), stream=s), _u32(1), stream=s)
+    normal = mx.right_shift(mx.add(mx.add(mag, _u32(_FP8_BIAS), stream=s), odd, stream=s),
+                            _u32(20), stream=s)
+    out = mx.where(mx.less(mag, _u32(_FP8_NORMAL), stream=s), sub, normal, stream=s)
+    out = mx.where(mx.greater_equal(mag, _u32(_FP8_SATURATE), stream=s), _u32(0x7E), out,
+                   stream=s)
+    out = mx.bitwise_or(mx.bitwise_and(out, _u32(0xFF), stream=s),
+                        mx.right_shift(sign, _u32(24), stream=s), stream=s)
+    return cast(out, dt.uint8, s)
+
+
+_FP8_TABLE: list = []
+
+
+def from_fp8(x, dtype=dt.bfloat16, *, stream=None) -> array:
+    """Convert the array from fp8 (e4m3) to another floating-point type.
+
+    Args:
+        x (array): The input fp8 array with type ``uint8``.
+        dtype (Dtype): The data type to convert to. Default: ``bfloat16``.
+
+    Returns:
+        array: The array converted from fp8.
+    """
+    x = _operand(x)
+    dtype = dt.to_dtype(dtype)
+    if x._dtype is not dt.uint8:
+        raise DtypeError(f"[from_fp8] Input must have type uint8 but x has dtype "
+                         f"{x._dtype.name} (shape {x._shape}).")
+    if dtype.kind != "f":
+        raise DtypeError(f"[from_fp8] Only real floating types are supported but dtype is "
+                         f"{dtype.name}.")
+    if not _FP8_TABLE:
+        # All 256 codes are finite in MLX's decoding (0x7F is 480, not NaN).
+        c = np.arange(256)
+        e, m = (c >> 3) & 0xF, (c & 7).astype(np.float64)
+        mag = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+        _FP8_TABLE.append(array(np.where(c >> 7, -mag, mag).astype(np.float32)))
+    # Every e4m3 value is exact in float16 and bfloat16: one rounding, none lost.
+    return cast(mx.take(_FP8_TABLE[0], x, stream=stream), dtype, stream)
+
+
 def _T(self) -> array:
     """The array with its axes reversed: ``self.transpose()``."""
     return transpose(self)
@@ -1856,6 +2029,7 @@ OPS = {
     "split": split, "tile": tile, "repeat": repeat, "pad": pad, "roll": roll, "flip": flip,
     "diagonal": diagonal, "diag": diag, "trace": trace, "as_strided": as_strided,
     "view": view, "contiguous": contiguous, "slice": slice, "slice_update": slice_update,
+    "matrix_transpose": transpose, "diff": diff, "to_fp8": to_fp8, "from_fp8": from_fp8,
     "array.reshape": _array_reshape, "array.transpose": _array_transpose,
     "array.flatten": _array_flatten, "array.squeeze": _array_squeeze,
     "array.swapaxes": _array_swapaxes, "array.moveaxis": _array_moveaxis,

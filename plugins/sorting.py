@@ -80,6 +80,7 @@ class Sort(_Permuting):
     """The input sorted along ``axis`` (NaNs last)."""
 
     __slots__ = ()
+    arity = 1
 
     def _sources(self, x, out, s):
         # The output is sorted: its ranks are 0, 1, ... already.
@@ -93,6 +94,7 @@ class ArgSort(_IndexOutput):
     """The uint32 indices that sort the input along ``axis``; stable for equal keys."""
 
     __slots__ = ()
+    arity = 1
 
     def _forward(self, x, axis, s):
         return mx.argsort(x, axis=axis, stream=s)
@@ -103,6 +105,7 @@ class Partition(_Permuting):
     element a sort would put there, smaller-or-equal ones before it, the rest after."""
 
     __slots__ = ("kth",)
+    arity = 1
     kth: int
 
     def _forward(self, x, axis, s):
@@ -113,6 +116,7 @@ class ArgPartition(_IndexOutput):
     """The uint32 indices that partition the input along ``axis`` (see :class:`Partition`)."""
 
     __slots__ = ("kth",)
+    arity = 1
     kth: int
 
     def _forward(self, x, axis, s):
@@ -124,6 +128,7 @@ class TopK(_Permuting):
     order; the output's ``axis`` has size ``k``. NaNs count as largest."""
 
     __slots__ = ("k",)
+    arity = 1
     k: Size
 
     def output_shapes(self, inputs):
@@ -149,6 +154,7 @@ class SearchSorted(NoGradient, Primitive):
     (``side="left"``) or ``<=`` it (``side="right"``). Both inputs share one dtype."""
 
     __slots__ = ("side",)
+    arity = 2
     side: Literal["left", "right"]
 
     def output_shapes(self, inputs):

@@ -37,6 +37,31 @@ def lazyx_primitives():
     return PRIMITIVES
 
 
+def _public_depends(inputs, dependencies):
+    """Insert dependencies between arrays in the graph. The outputs are identical to
+    ``inputs`` but with dependencies on ``dependencies``: they are evaluated only after
+    them, and gradients flow to ``inputs`` alone.
+
+    Args:
+        inputs (array or Sequence[array]): The input array or arrays.
+        dependencies (array or Sequence[array]): The array or arrays to insert
+            dependencies on.
+
+    Returns:
+        array or list(array): The outputs which depend on dependencies (one array for
+        one array, a list for a sequence, as in MLX).
+    """
+    deps = [dependencies] if isinstance(dependencies, mx.array) else list(dependencies)
+    if isinstance(inputs, mx.array):
+        return depends([inputs], deps)[0]
+    return depends(list(inputs), deps)
+
+
+@hookimpl
+def lazyx_ops():
+    return {"depends": _public_depends}
+
+
 # -- examples for the registry-wide transform test ----------------------------------
 def _data(shape, low=-1.5, high=1.5, seed=0):
     return np.random.default_rng(seed).uniform(low, high, shape)

@@ -9,8 +9,11 @@ evaluation, so lazyx's allocation handler counts them like any other buffer.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from lazyx.array import array
 from lazyx.dtypes import bfloat16
 
 _f32 = np.dtype(np.float32)
@@ -31,7 +34,19 @@ def load():
     except ImportError as exc:
         load_error = f"{type(exc).__name__}: {exc}"
         return None
+    if sys.version_info < (3, 12):
+        _backport_buffer_protocol(_native)
     return _native
+
+
+def _backport_buffer_protocol(native) -> None:
+    """``memoryview(a)`` on Python 3.11: ``array.__buffer__`` (lazyx.interop) is wired
+    to the C buffer slot by the native module, as Python 3.12 does by itself (PEP 688)."""
+    todo = [array]
+    while todo:
+        cls = todo.pop()
+        native.backport_buffer_protocol(cls)
+        todo.extend(cls.__subclasses__())
 
 
 _row_lengths: dict = {}

@@ -122,6 +122,22 @@ class CudaBackend(Backend):
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         return f"{name}, CuPy {cp.__version__}, CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}"
 
+    def device_count(self) -> int:
+        """The number of CUDA devices (``lazyx.core.device_count(gpu)``)."""
+        return _rt.cp.cuda.runtime.getDeviceCount() if self.is_available() else 0
+
+    def device_info(self) -> dict:
+        """The current CUDA device as ``lazyx.core.device_info(gpu)`` reports it."""
+        if not self.is_available():
+            return {}
+        cp = _rt.cp
+        dev = cp.cuda.Device()
+        props = cp.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        free, total = cp.cuda.runtime.memGetInfo()
+        return {"device_name": name, "architecture": f"sm_{props['major']}{props['minor']}",
+                "total_memory": int(total), "free_memory": int(free)}
+
     # -- kernels --------------------------------------------------------------------
     def _load(self):
         # kernels.py imports CuPy: without it, introspection (lazyx kernels) still
@@ -251,6 +267,20 @@ def _through_cupy(fn, cls):
     return kernel
 
 
+_BACKEND = CudaBackend()
+
+
 @hookimpl
 def lazyx_backends():
-    return [CudaBackend()]
+    return [_BACKEND]
+
+
+def _cuda_is_available() -> bool:
+    """Check if the CUDA back-end is available (CuPy imports and sees a device)."""
+    return _BACKEND.is_available()
+
+
+@hookimpl
+def lazyx_ops():
+    # MLX's ``mx.cuda`` namespace, answered by the backend that would run the work.
+    return {"cuda.is_available": _cuda_is_available}

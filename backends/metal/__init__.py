@@ -8,14 +8,22 @@ kernels are checked anywhere with a C++ compiler by running their MSL through
 lazyx's C++ shim: :func:`run_msl_on_cpu`.
 
 The backend has no kernels of its own yet: only those plugins register run on it.
+
+It also answers MLX's ``mx.metal`` namespace (``lazyx.core.metal.is_available()``,
+the deprecated memory aliases, captures) through its ``lazyx_ops`` hook, so the
+answers come from the backend that would run the work.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
+from lazyx import device as lazyx_device
+from lazyx import memory
 from lazyx.backend import Backend
 from lazyx.device import DeviceType
+from lazyx.errors import BackendError, DtypeError
 from lazyx.hookspecs import hookimpl
 
 from .kernel import MetalKernel
@@ -77,6 +85,66 @@ class MetalBackend(Backend):
         return "MSL kernels from plugins; checked on the CPU through lazyx's C++ shim"
 
 
+_BACKEND = MetalBackend()
+
+
 @hookimpl
 def lazyx_backends():
-    return [MetalBackend()]
+    return [_BACKEND]
+
+
+# -- lazyx.core.metal: MLX's ``mx.metal`` namespace, answered by this backend ----------
+def _metal_is_available() -> bool:
+    """Check if the Metal back-end is available (here: whether lazyx runs on it)."""
+    return _BACKEND.is_available()
+
+
+def _metal_device_info() -> dict:
+    """Information about the GPU device and system settings (an empty dict where Metal is
+    unavailable, as in MLX). Deprecated in MLX: use ``lazyx.core.device_info``."""
+    _deprecated("device_info")
+    return lazyx_device.device_info(lazyx_device.gpu) if _BACKEND.is_available() else {}
+
+
+def _deprecated(name: str) -> None:
+    warnings.warn(f"lazyx.core.metal.{name} is deprecated (as in MLX 0.32) and will be "
+                  f"removed in a future version. Use lazyx.core.{name} instead.",
+                  DeprecationWarning, stacklevel=3)
+
+
+def _alias(fn):
+    """MLX's deprecated ``mx.metal.<name>``: the core function, with a warning."""
+    def alias(*args, **kwargs):
+        _deprecated(fn.__name__)
+        return fn(*args, **kwargs)
+    alias.__name__ = alias.__qualname__ = fn.__name__
+    alias.__doc__ = fn.__doc__
+    return alias
+
+
+def _start_capture(path: str) -> None:
+    """Start a Metal capture (an Xcode ``.gputrace`` of the GPU work that follows).
+
+    Where Metal is unavailable there is nothing to capture and, as in MLX, nothing
+    happens; where it is available lazyx's Metal backend cannot capture yet.
+    """
+    if not isinstance(path, str):
+        raise DtypeError(f"[metal.start_capture] path must be a str, got {path!r}.")
+    if _BACKEND.is_available():
+        raise BackendError("[metal.start_capture] GPU captures are not implemented by lazyx's "
+                           "Metal backend yet; use Xcode's Metal debugger on the process.")
+
+
+def _stop_capture() -> None:
+    """Stop a Metal capture (nothing to stop where none could start)."""
+
+
+@hookimpl
+def lazyx_ops():
+    ops = {"metal.is_available": _metal_is_available, "metal.device_info": _metal_device_info,
+           "metal.start_capture": _start_capture, "metal.stop_capture": _stop_capture}
+    for fn in (memory.get_active_memory, memory.get_peak_memory, memory.reset_peak_memory,
+               memory.get_cache_memory, memory.clear_cache, memory.set_memory_limit,
+               memory.set_cache_limit, lazyx_device.set_wired_limit):
+        ops["metal." + fn.__name__] = _alias(fn)
+    return ops

@@ -14,12 +14,27 @@ from . import dtypes as _dt
 from . import ops
 from .array import array, from_buffer
 from .device import to_stream
-from .errors import ArgumentError, AxisError, DtypeError, LazyxError, ShapeError, at_op
+from .errors import (ArgumentError, AxisError, DtypeError, IntegerRangeError, LazyxError,
+                     ShapeError, at_op)
 
 __all__ = ["as_array", "constant", "binary_operands", "broadcast_shapes", "normalize_axis",
-           "normalize_axes", "to_stream", "cast"]
+           "normalize_axes", "to_stream", "cast", "check_dimensions", "MAX_DIM"]
 
 _PY_SCALARS = (bool, int, float, complex)
+#: The largest dimension: MLX's shapes are 32-bit ints.
+MAX_DIM = 2**31 - 1
+
+
+def check_dimensions(dims: tuple, op: str) -> tuple:
+    """``dims`` (a tuple of ints) unchanged, or the error MLX raises for a negative
+    dimension (a ValueError) or one beyond 32 bits (an OverflowError)."""
+    for d in dims:
+        if d < 0:
+            raise ShapeError(f"[{op}] Negative dimensions are not allowed, got shape {dims}.")
+        if d > MAX_DIM:
+            raise IntegerRangeError(f"[{op}] Dimension {d} of shape {dims} is outside the "
+                                    f"supported range [0, {MAX_DIM}] (32-bit, as in MLX).")
+    return dims
 _constants: dict = {}
 def cast(a: array, dtype: _dt.Dtype, stream=None) -> array:
     """``a`` converted to ``dtype`` (``a`` itself when it already has it)."""
@@ -50,6 +65,7 @@ def constant(value, dtype: _dt.Dtype) -> array:
                                         f"overflow ({dtype.name} holds [{info.min}, "
                                         f"{info.max}]).")
             data = np.array(value, dtype=dtype.np)
+        data.flags.writeable = False  # shared by every op that meets the value: never written
         c = from_buffer(data, dtype)
         if value == 0 and type(value) is not int and type(value) is not bool:
             return c  # 0.0 == -0.0 as keys: a cached zero would lose its sign (1 / -0.0)
@@ -107,7 +123,7 @@ def binary_operands(a, b, stream=None, op: str | None = None):
             except ArgumentError as e:
                 raise _scalar_error(e, b) from None
         if tb in _PY_SCALARS:
-            d = _dt.result_type(a, b)
+            d = _dt._result_type(a, b)
             return constant(a, d), constant(b, d), d
         return binary_operands(a, as_array(b), stream)
     if isinstance(a, array) or isinstance(b, array) or isinstance(a, _PY_SCALARS):

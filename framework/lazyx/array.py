@@ -12,14 +12,18 @@ on the class by the op packs through the ``array.<name>`` entries of their
 
 from __future__ import annotations
 
+import gc as _gc
+import sys
+
 import numpy as np
 
 from . import backend as _backend
 from . import dtypes as _dt
 from . import ops
-from .errors import DtypeError, ShapeError
+from .errors import ArgumentError, DtypeError, ShapeError
+from .printoptions import float_format as _float_format
 
-__all__ = ["array", "lazy", "lazy_multi", "from_buffer"]
+__all__ = ["array", "lazy", "lazy_multi", "from_buffer", "ArrayIterator", "ArrayLike"]
 
 _ndarray = np.ndarray
 _np_asarray = np.asarray
@@ -103,16 +107,26 @@ class array:
         return d
 
     def __array__(self, dtype=None, copy=None):
+        """``np.asarray(a)``, ``np.array(a, copy=False)``: the array's own memory, writable
+        (as MLX): a write changes this array and the unevaluated graphs that read it (see
+        :mod:`lazyx.interop`). Read-only memory (constants, broadcasts, host copies of
+        GPU buffers) stays read-only; ``copy=False`` where a copy is needed is a ValueError."""
         d = self._numpy()
+        converts = dtype is not None and np.dtype(dtype) != d.dtype
+        if copy is False and (converts or d is not self._data):
+            raise ValueError(f"[__array__] Cannot export a {self._dtype.name} array "
+                             + (f"as {np.dtype(dtype).name} " if converts else "from the GPU ")
+                             + "without a copy.")
+        if converts:
+            return d.astype(dtype)
         if copy:
-            d = d.copy()
-        else:
-            # A read-only view: a NumPy user cannot corrupt the immutable array.
-            d = d.view()
-            d.flags.writeable = False
-        if dtype is not None and np.dtype(dtype) != d.dtype:
-            d = d.astype(dtype)
-        return d
+            return d.copy()
+        # A view (never the buffer object itself: reshaping it in place would change this
+        # array's shape); a host copy of a device buffer is read-only: writes would be lost.
+        v = d.view()
+        if d is not self._data:
+            v.flags.writeable = False
+        return v
 
     def item(self):
         """The value of a one-element array as a Python scalar."""
@@ -150,16 +164,35 @@ class array:
     def __iter__(self):
         if not self._shape:
             raise TypeError("Iteration over a 0-d array.")
-        for i in range(self._shape[0]):
-            yield self[i]
+        return ArrayIterator(self)
 
     def __repr__(self) -> str:
         return _format(self)
 
     __str__ = __repr__
 
+    def __format__(self, spec: str) -> str:
+        # As MLX: a 0-d array formats as its value (f"{loss:.3f}"); others only as str().
+        if not self._shape:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError("unsupported format string passed to array.__format__")
+        return _format(self)
+
     def __hash__(self):
         return id(self)
+
+    def __array_namespace__(self, api_version: str | None = None):
+        """Returns an object that has all the array API functions on it: ``lazyx.core``
+        (see the `Python array API <https://data-apis.org/array-api/latest/>`_).
+
+        Args:
+            api_version (str, optional): must be None, as in MLX 0.32.
+        """
+        if api_version is not None:
+            raise ArgumentError(f"[__array_namespace__] Explicitly specifying api_version "
+                                f"is not yet implemented (got {api_version!r}); pass None.")
+        return sys.modules["lazyx.core"]  # the roof, loaded whenever an array exists
 
     # The op packs install the operators; == without them would compare identity.
     def __eq__(self, other):  # replaced by the element-wise pack
@@ -179,6 +212,45 @@ class array:
 
 
 _new = array.__new__
+
+
+class ArrayIterator:
+    """A helper object to iterate over the 1st dimension of an array
+    (what ``iter(a)`` returns)."""
+
+    __slots__ = ("_array", "_i")
+
+    def __init__(self, a: array):
+        self._array = a
+        self._i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> array:
+        a = self._array
+        if self._i >= a._shape[0]:
+            raise StopIteration
+        self._i += 1
+        return a[self._i - 1]
+
+
+class ArrayLike:
+    """Any Python object which has an ``__mlx_array__`` method that returns an
+    :obj:`array` (MLX's protocol, kept by name so MLX code runs unchanged): the array
+    constructor accepts such objects.
+
+    Args:
+        obj: the object to wrap; ``ArrayLike(obj).__mlx_array__()`` is its array.
+    """
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj, /):
+        self.obj = obj
+
+    def __mlx_array__(self) -> array:
+        return self.obj.__mlx_array__()
 
 
 def evaluate(arrays) -> None:
@@ -243,6 +315,128 @@ def _become(dst: array, src: array) -> None:
                 s._siblings = dst._siblings
 
 
+# -- in-place updates ----------------------------------------------------------
+# ``a[idx] = v`` and ``a += b`` are functional, as in MLX: the Python object ``a`` comes to
+# refer to a new node built from its previous value, which moves to a fresh object.
+# Graph edges point at array objects, so nodes built earlier that read ``a`` are made to
+# read the previous value instead (``y = a * 2; a += 1`` leaves ``y`` as it was).
+def update_in_place(dst: array, build, refs: int, statement_refs: int) -> None:
+    """Make ``dst`` refer to ``build(old)``, ``old`` a fresh object with ``dst``'s value.
+
+    ``refs`` is ``sys.getrefcount(dst)`` taken first thing in the calling dunder and
+    ``statement_refs`` what a plain statement (``a += b``, ``a[i] = v``) accounts for
+    (:data:`SETITEM_REFS`, :data:`INPLACE_REFS`): only when something else holds ``dst``
+    can a node read it, and only then are readers searched for. If ``build`` raises,
+    ``dst`` is unchanged.
+    """
+    old = _new(array)
+    _become(old, dst)  # takes dst's place among the outputs of a multi-output node
+    new = build(old)
+    if refs > statement_refs:
+        # First the new value's own graph (``a[0] = a[1]``, ``a += a``), found by a walk;
+        # then any other consumer.
+        refs -= _redirect(new, dst, old)
+        if refs > statement_refs:
+            _redirect_referrers(dst, old)
+    _become(dst, new)
+
+
+def _statement_refs() -> tuple[int, int]:
+    """References to ``a`` at the start of ``__setitem__`` in ``a[k] = v`` and of
+    ``__iadd__`` in ``a += b`` (the name, the interpreter's own, ``self``, getrefcount's
+    argument); measured, because the interpreter's share differs between versions."""
+    seen = []
+
+    class Probe:
+        def __setitem__(self, key, value):
+            seen.append(_getrefcount(self))
+
+        def __iadd__(self, other):
+            seen.append(_getrefcount(self))
+            return self
+
+    probe = Probe()
+    probe[0] = 0
+    probe += 0
+    return seen[0], seen[1]
+
+
+_getrefcount = sys.getrefcount
+SETITEM_REFS, INPLACE_REFS = _statement_refs()
+
+
+def _redirect(root: array, target: array, repl: array) -> int:
+    """Make the unevaluated graph of ``root`` read ``repl`` where it reads ``target``;
+    returns how many references were replaced."""
+    replaced = 0
+    seen = {id(repl), id(target)}
+    stack = [root]
+    while stack:
+        a = stack.pop()
+        ins = a._inputs
+        if ins is None:
+            continue
+        hit = False
+        for x in ins:
+            if x is target:
+                hit = True
+            elif id(x) not in seen:
+                seen.add(id(x))
+                stack.append(x)
+        if hit:
+            replaced += sum(1 for x in ins if x is target)
+            a._inputs = tuple(repl if x is target else x for x in ins)
+    return replaced
+
+
+def _redirect_referrers(target: array, repl: array) -> None:
+    """Make every unevaluated node that reads ``target`` read ``repl`` instead.
+
+    Nodes keep no back-references, so the garbage collector's referrer search finds
+    them; it runs only when the array is referenced beyond the updating statement.
+    """
+    tuples = [r for r in _gc.get_referrers(target) if type(r) is tuple]
+    if not tuples:
+        return
+    ids = {id(t) for t in tuples}
+    for owner in _gc.get_referrers(*tuples):
+        if isinstance(owner, array):
+            ins = owner._inputs
+            if ins is not None and id(ins) in ids:
+                owner._inputs = tuple(repl if x is target else x for x in ins)
+
+
+# The in-place operators (data: operator name -> op name in the late-bound op table).
+_IN_PLACE = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "power", "and": "bitwise_and",
+    "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift",
+    "matmul": "matmul",
+}
+
+
+def _in_place(name: str, op_name: str):
+    def iop(self, other):
+        refs = _getrefcount(self)
+        if name == "truediv" and self._dtype.kind not in "fc":
+            raise DtypeError(f"[__itruediv__] In place division cannot cast to non-floating "
+                             f"point type: the array is {self._dtype.name}; use a = a / b.")
+        op = getattr(ops, op_name)
+        update_in_place(self, lambda old: op(old, other), refs, INPLACE_REFS)
+        return self
+    iop.__name__ = f"__i{name}__"
+    iop.__doc__ = (f"``a {_SYMBOL[name]}= b``: ``a`` (this object) becomes ``a {_SYMBOL[name]} b``, "
+                   f"as in MLX; its dtype and shape are those of the result.")
+    return iop
+
+
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+           "pow": "**", "and": "&", "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>",
+           "matmul": "@"}
+for _name, _op_name in _IN_PLACE.items():
+    setattr(array, f"__i{_name}__", _in_place(_name, _op_name))
+
+
 def _host_copy(val, dtype) -> np.ndarray:
     """``_to_numpy`` inside the CPU backend's evaluation scope, so the copy is
     counted by its memory figures like any kernel output (as MLX counts it)."""
@@ -263,8 +457,8 @@ def _to_numpy(val, dtype) -> np.ndarray:
     npd = None if dtype is None else dtype.np
     if isinstance(val, np.ndarray):
         if npd is None:
-            if val.dtype == np.float64:
-                npd = np.float32
+            if val.dtype == np.float64 or val.dtype == np.complex128:  # MLX narrows both
+                npd = np.float32 if val.dtype == np.float64 else np.complex64
             else:
                 _dt.from_numpy(val.dtype)  # a DtypeError for a dtype lazyx lacks
         return np.array(val, dtype=npd, copy=True)
@@ -286,9 +480,20 @@ def _to_numpy(val, dtype) -> np.ndarray:
         if out.dtype == object:
             raise ShapeError("Cannot build an array from a ragged nested sequence.")
         return out
-    if hasattr(val, "__array__") or hasattr(val, "__array_interface__"):
-        return _to_numpy(np.asarray(val), dtype)
+    host = _foreign_host(val)  # DLPack (PyTorch, JAX, CuPy) and buffer-protocol objects
+    if host is not None:
+        return _to_numpy(host, dtype)
+    if hasattr(val, "__mlx_array__"):  # MLX's ArrayLike protocol
+        return _to_numpy(val.__mlx_array__(), dtype)
     raise DtypeError(f"Cannot convert a value of type {type(val).__name__} to an array.")
+
+
+def _foreign_host(val) -> np.ndarray | None:
+    """``val`` (a DLPack, ``__array__`` or buffer-protocol object) as a host NumPy array,
+    or None; :mod:`lazyx.interop` installs it here (it sits above this module)."""
+    if hasattr(val, "__array__") or hasattr(val, "__array_interface__"):
+        return np.asarray(val)
+    return None
 
 
 def _checked_scalar(val, npd):
@@ -357,23 +562,38 @@ def _format_scalar(x, kind):
         return "True" if x else "False"
     if kind == "c":
         re, im = float(x.real), float(x.imag)
-        return f"{re:g}{'+' if im >= 0 or im != im else '-'}{abs(im):g}j"
+        return f"{_float_format(re)}{'+' if im >= 0 or im != im else '-'}{_float_format(abs(im))}j"
     if kind == "f":
-        return f"{float(x):g}"
+        return _float_format(float(x))
     return str(int(x))
 
 
+#: MLX prints a dimension longer than twice this as its first and last entries around "...".
+_EDGE_ITEMS = 3
+
+
 def _format(a: array) -> str:
+    """MLX's text for an array: ``array([[1, 2], [3, 4]], dtype=int32)`` with each row on
+    its own line, no line wrapping, and every dimension of more than six entries
+    summarised as ``first three, ..., last three``."""
     d = a._numpy()
     kind = a._dtype.kind
-    name = "bool" if a._dtype is _dt.bool_ else a._dtype.name
     if d.ndim == 0:
-        return f"array({_format_scalar(d[()], kind)}, dtype={name})"
-    if d.size == 0:
-        return f"array([], dtype={name})"
-    if a._dtype is _dt.bfloat16:
-        d = d.astype(np.float32)
-    body = np.array2string(
-        d, separator=", ", prefix="array(", threshold=1000, edgeitems=3,
-        formatter={"all": lambda x: _format_scalar(x, kind)})
-    return f"array({body}, dtype={name})"
+        return f"array({_format_scalar(d[()], kind)}, dtype={a._dtype.name})"
+    return f"array({_format_nested(d, kind, len('array(') + 1)}, dtype={a._dtype.name})"
+
+
+def _format_nested(d: np.ndarray, kind: str, indent: int) -> str:
+    """``d`` (one or more dimensions) as nested brackets; only the printed entries are
+    read, so summarising a large array costs little."""
+    n = d.shape[0]
+    if n > 2 * _EDGE_ITEMS:
+        rows = [*range(_EDGE_ITEMS), None, *range(n - _EDGE_ITEMS, n)]
+    else:
+        rows = range(n)
+    if d.ndim == 1:
+        return "[" + ", ".join("..." if i is None else _format_scalar(d[i], kind)
+                               for i in rows) + "]"
+    sep = ",\n" + " " * indent
+    return "[" + sep.join("..." if i is None else _format_nested(d[i], kind, indent + 1)
+                          for i in rows) + "]"

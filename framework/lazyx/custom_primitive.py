@@ -431,7 +431,7 @@ def _common_dtype(args) -> _dt.Dtype:
             d = a._dtype if isinstance(a, array) else as_array(a)._dtype
             strong = d if strong is None else _dt.promote_types(strong, d)
     if strong is None:
-        return _dt.result_type(*args)
+        return _dt._result_type(*args)
     for t in weak:
         strong = _dt.weak_scalar_dtype(strong, t)
     return strong

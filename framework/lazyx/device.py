@@ -9,18 +9,20 @@ evaluation costs more than most small kernels).
 
 from __future__ import annotations
 
-import contextlib
 import os
+import platform
 import threading
 
 from .backend import backend_for
 from .device_types import Device, DeviceType, Stream
-from .errors import DeviceError
+from .errors import DeviceError, DtypeError
 
 __all__ = [
     "DeviceType", "Device", "Stream", "cpu", "gpu", "default_device",
     "set_default_device", "default_stream", "set_default_stream", "new_stream",
-    "stream", "to_stream", "synchronize", "is_available",
+    "stream", "to_stream", "synchronize", "is_available", "StreamContext", "ThreadLocalStream",
+    "new_thread_local_stream", "new_thread_unsafe_stream", "clear_streams", "device_count",
+    "device_info", "set_wired_limit",
 ]
 
 
@@ -131,24 +133,41 @@ def new_stream(device) -> Stream:
     return s
 
 
-@contextlib.contextmanager
-def stream(s):
+class StreamContext:
+    """A context manager for setting the current device and stream.
+
+    ``with StreamContext(s):`` runs the enclosed operations on ``s`` (a Stream, a
+    ThreadLocalStream, a Device or a DeviceType; None changes nothing) and then
+    restores this thread's previous default stream. See :func:`stream`.
+    """
+
+    __slots__ = ("target", "_saved")
+
+    def __init__(self, s):
+        self.target = None if s is None else to_stream(s)
+        self._saved = None
+
+    def __enter__(self):
+        if self.target is not None:
+            self._saved = (_state.device, _state.stream)
+            _state.device, _state.stream = self.target.device, self.target
+        return self.target
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            _state.device, _state.stream = self._saved
+            self._saved = None
+        return False
+
+
+def stream(s) -> StreamContext:
     """Run the enclosed operations on stream or device ``s``.
 
     Example:
         >>> with lazyx.core.stream(lazyx.core.cpu):
         ...     y = x + 1
     """
-    if s is None:
-        yield
-        return
-    target = to_stream(s)
-    old_d, old_s = _state.device, _state.stream
-    _state.device, _state.stream = target.device, target
-    try:
-        yield target
-    finally:
-        _state.device, _state.stream = old_d, old_s
+    return StreamContext(s)
 
 
 def to_stream(s) -> Stream:
@@ -161,7 +180,10 @@ def to_stream(s) -> Stream:
         d = _as_device(s)
         _check_available(d)
         return default_stream(d)
-    raise DeviceError(f"stream= must be None, a Stream or a Device, got {s!r}.")
+    if type(s) is ThreadLocalStream:
+        return s.stream()
+    raise DeviceError(f"stream= must be None, a Stream, a ThreadLocalStream or a Device, "
+                      f"got {s!r}.")
 
 
 def synchronize(s=None) -> None:
@@ -173,3 +195,112 @@ def synchronize(s=None) -> None:
         except Exception:
             if st.device.type is DeviceType.cpu:
                 raise
+
+
+# -- MLX's thread and device queries --------------------------------------------------
+class ThreadLocalStream:
+    """A stream that will be unique per thread and can be used to run operations on a
+    given device: each thread that uses it gets a stream of its own (created on first
+    use), so work queued from different threads is never ordered against each other."""
+
+    __slots__ = ("device", "_local")
+
+    def __init__(self, device):
+        self.device = _as_device(device)
+        self._local = threading.local()
+
+    def stream(self) -> Stream:
+        """This thread's stream."""
+        s = getattr(self._local, "stream", None)
+        if s is None:
+            s = self._local.stream = new_stream(self.device)
+        return s
+
+    def __repr__(self) -> str:
+        return f"ThreadLocalStream({self.device!r}, {self.stream().index})"
+
+
+def new_thread_local_stream(device) -> ThreadLocalStream:
+    """Make a new stream that will be unique per thread."""
+    d = _as_device(device)
+    _check_available(d)
+    return ThreadLocalStream(d)
+
+
+def new_thread_unsafe_stream(device) -> Stream:
+    """Make a new stream that can be used in any thread.
+
+    lazyx's streams already can (kernels run on the calling thread), so this is
+    :func:`new_stream`; ordering work from several threads is the caller's task.
+    """
+    return new_stream(device)
+
+
+def clear_streams() -> None:
+    """Destroy all streams created in current thread.
+
+    lazyx's streams hold no threads or queues (kernels run on the calling thread):
+    the work queued on them is waited for, and this thread's default stream goes back
+    to its device's default stream.
+    """
+    synchronize()
+    _state.stream = default_stream(_state.device)
+
+
+def device_count(device_type) -> int:
+    """Get the number of available devices for the given device type (cpu or gpu)."""
+    if not isinstance(device_type, DeviceType):
+        raise DeviceError(f"[device_count] Expected a DeviceType (cpu or gpu), got "
+                          f"{device_type!r}.")
+    if device_type is DeviceType.cpu:
+        return 1
+    if not is_available(_GPU):
+        return 0
+    count = getattr(backend_for(DeviceType.gpu), "device_count", None)
+    return count() if callable(count) else 1
+
+
+def device_info(d=None) -> dict:
+    """Get information about a device (the default device when ``d`` is None).
+
+    Keys depend on the backend: the CPU gives ``device_name`` and ``architecture``;
+    a GPU backend adds what it knows (``total_memory`` ...). An unavailable device
+    gives an empty dict, as in MLX.
+    """
+    dev = _state.device if d is None else _as_device(d)
+    if dev.type is DeviceType.cpu:
+        return {"architecture": platform.machine(), "device_name": _cpu_name()}
+    if not is_available(dev):
+        return {}
+    info = getattr(backend_for(dev.type), "device_info", None)
+    return dict(info()) if callable(info) else {}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def set_wired_limit(limit: int) -> int:
+    """Set the wired size limit (the memory kept resident for the GPU on Apple silicon).
+
+    Only Metal on macOS 15 wires memory; no backend lazyx runs here does, so the limit
+    is accepted and, as MLX on such machines, the previous limit returned is ``0``.
+
+    Args:
+        limit (int): The wired limit in bytes.
+
+    Returns:
+        int: The previous wired limit in bytes.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        # A TypeError, as MLX's binding raises for anything but a size_t.
+        raise DtypeError(f"[set_wired_limit] limit must be a non-negative int (bytes), "
+                         f"got {limit!r}.")
+    return 0

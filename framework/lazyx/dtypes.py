@@ -13,14 +13,14 @@ import math
 
 import numpy as np
 
-from .errors import DtypeError
+from .errors import ArgumentError, DtypeError
 
 __all__ = [
     "Dtype", "DtypeCategory", "bool_", "uint8", "uint16", "uint32", "uint64",
     "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
     "complex64", "generic", "number", "integer", "signedinteger", "unsignedinteger",
     "inexact", "floating", "complexfloating", "issubdtype", "finfo", "iinfo",
-    "promote_types", "result_type", "can_cast", "from_numpy", "to_dtype",
+    "promote_types", "result_type", "can_cast", "from_numpy", "to_dtype", "isdtype",
 ]
 
 
@@ -34,7 +34,7 @@ class DtypeCategory:
         self.parent = parent
 
     def __repr__(self) -> str:
-        return f"lazyx.core.{self.name}"
+        return f"DtypeCategory.{self.name}"  # MLX's text
 
     def is_within(self, other: "DtypeCategory") -> bool:
         node = self
@@ -105,7 +105,8 @@ def _make(name, np_dtype, category, kind, size=None):
     return d
 
 
-bool_ = _make("bool_", np.bool_, _bool_category, "b")
+# MLX names the bool dtype ``bool`` (``str(mx.bool_)`` is ``mlx.core.bool``).
+bool_ = _make("bool", np.bool_, _bool_category, "b")
 uint8 = _make("uint8", np.uint8, unsignedinteger, "u")
 uint16 = _make("uint16", np.uint16, unsignedinteger, "u")
 uint32 = _make("uint32", np.uint32, unsignedinteger, "u")
@@ -148,7 +149,7 @@ for _a, _row in zip(ALL_DTYPES, _TABLE_TEXT.split("\n")[1:-1]):
         _PROMOTE[(_a, _b)] = _S[_r]
 
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
-_BY_NAME["bool"] = bool_
+_BY_NAME["bool_"] = bool_
 _BY_NUMPY = {d.np: d for d in ALL_DTYPES if d is not bfloat16}
 
 
@@ -269,8 +270,31 @@ def issubdtype(a, b) -> bool:
     return cat.is_within(b)
 
 
-def result_type(*args) -> Dtype:
-    """The dtype of combining ``args`` (arrays, dtypes or Python scalars) by MLX's rules."""
+def result_type(*arrays_or_dtypes) -> Dtype:
+    """The dtype of combining ``arrays_or_dtypes`` (arrays or dtypes) by MLX's promotion
+    rules: what an element-wise binary operation between them gives.
+
+    Example:
+        >>> result_type(int32, float16)
+        lazyx.core.float16
+    """
+    if not arrays_or_dtypes:
+        raise DtypeError("[result_type] At least one array or dtype is required.")
+    for x in arrays_or_dtypes:
+        if type(x) is not Dtype and not _is_array(x):
+            raise DtypeError(f"[result_type] Inputs must be arrays or dtypes, got "
+                             f"{type(x).__name__}.")
+    return _result_type(*arrays_or_dtypes)
+
+
+def _is_array(x) -> bool:
+    # An array is anything whose ``dtype`` is a lazyx Dtype (this module sits below array.py).
+    return type(x) is not Dtype and type(getattr(x, "dtype", None)) is Dtype
+
+
+def _result_type(*args) -> Dtype:
+    """:func:`result_type` that also takes Python scalars (weakly typed) and dtype names:
+    the rule the op packs use for their operands."""
     strong = None
     weak = []
     for x in args:
@@ -294,8 +318,12 @@ def result_type(*args) -> Dtype:
 
 
 def can_cast(from_, to) -> bool:
-    """Whether values of ``from_`` convert to ``to`` without loss (``to`` is the promotion)."""
-    a, b = to_dtype(from_), to_dtype(to)
+    """Whether values of ``from_`` (an array or a dtype) convert to dtype ``to`` without
+    loss: ``to`` is the promotion of the two, as in MLX."""
+    if isinstance(from_, (bool, int, float, complex)):
+        raise DtypeError("[can_cast] `from_` must be an array or a dtype.")
+    a = from_.dtype if _is_array(from_) else to_dtype(from_)
+    b = to_dtype(to)
     return _PROMOTE[(a, b)] is b and not (a.kind == "c" and b.kind != "c")
 
 
@@ -311,13 +339,22 @@ _BFLOAT16_INFO = _Limits(min=-(2 - 2**-7) * 2.0**127, max=(2 - 2**-7) * 2.0**127
                          tiny=2.0**-126, resolution=0.010009765625)
 
 
+def _info_dtype(dtype, op: str) -> Dtype:
+    # MLX takes a dtype only; an array is refused (NumPy's finfo(array) reads its dtype).
+    if _is_array(dtype):
+        raise DtypeError(f"[{op}] Expected a dtype, got an array: pass its `.dtype`.")
+    return to_dtype(dtype)
+
+
 class finfo:
     """Machine limits of a floating point dtype: ``min``, ``max``, ``eps``, ``tiny``, ``dtype``."""
 
     def __init__(self, dtype):
-        d = to_dtype(dtype)
+        d = _info_dtype(dtype, "finfo")
         if d.kind not in "fc":
-            raise DtypeError(f"finfo needs a floating point dtype, got {d.name}.")
+            raise DtypeError(f"[finfo] dtype {d.name} is not inexact.")
+        # A complex dtype's limits are those of its real part, as in MLX and NumPy.
+        d = float32 if d is complex64 else d
         self.dtype = d
         # bfloat16's limits follow from its format (8 exponent bits, 7 mantissa bits),
         # so asking for them does not import ml_dtypes.
@@ -331,16 +368,17 @@ class finfo:
         self.bits = d.size * 8
 
     def __repr__(self) -> str:
-        return f"finfo(min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype.name})"
+        # MLX's text: C++'s default formatting of a double (six significant digits).
+        return f"finfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype.name})"
 
 
 class iinfo:
     """Limits of an integer dtype: ``min``, ``max``, ``bits``, ``dtype``."""
 
     def __init__(self, dtype):
-        d = to_dtype(dtype)
+        d = _info_dtype(dtype, "iinfo")
         if d.kind not in "ui":
-            raise DtypeError(f"iinfo needs an integer dtype, got {d.name}.")
+            raise DtypeError(f"[iinfo] Only integer types supported but {d.name} was provided.")
         self.dtype = d
         info = np.iinfo(d.np)
         self.min = int(info.min)
@@ -357,3 +395,45 @@ euler_gamma = 0.5772156649015329
 inf = math.inf
 nan = math.nan
 newaxis = None
+
+
+#: The kinds of the Python array API that :func:`isdtype` names, as dtype kinds.
+_ISDTYPE_KINDS = {"bool": "b", "signed integer": "i", "unsigned integer": "u",
+                  "integral": "iu", "real floating": "f", "complex floating": "c",
+                  "numeric": "iufc"}
+
+
+def isdtype(dtype: Dtype, kind) -> bool:
+    """Test whether a dtype belongs to one or more data type kinds.
+
+    Args:
+        dtype (Dtype): The dtype to test.
+        kind (Dtype, str, or tuple): A dtype, a kind string, or a tuple of dtypes and
+            kind strings. Supported kind strings are ``"bool"``, ``"signed integer"``,
+            ``"unsigned integer"``, ``"integral"``, ``"real floating"``,
+            ``"complex floating"`` and ``"numeric"``.
+
+    Returns:
+        bool: ``True`` if ``dtype`` matches any of the given kinds.
+
+    Example:
+        >>> isdtype(bfloat16, "real floating")
+        True
+    """
+    if type(dtype) is not Dtype:
+        raise DtypeError(f"[isdtype] dtype must be a Dtype, got {dtype!r}.")
+    for k in kind if isinstance(kind, tuple) else (kind,):
+        if type(k) is Dtype:
+            if k is dtype:
+                return True
+        elif isinstance(k, str):
+            kinds = _ISDTYPE_KINDS.get(k)
+            if kinds is None:
+                raise ArgumentError(f"[isdtype] Unknown data type kind: {k!r}; expected one "
+                                    f"of {', '.join(map(repr, _ISDTYPE_KINDS))}.")
+            if dtype.kind in kinds:
+                return True
+        else:
+            raise ArgumentError(f"[isdtype] `kind` must be a dtype, a string, or a tuple of "
+                                f"dtypes and strings, got {k!r}.")
+    return False

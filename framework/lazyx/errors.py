@@ -15,9 +15,11 @@ graph no longer knows which call built a node.
 """
 
 __all__ = [
-    "LazyxError", "ArgumentError", "ShapeError", "AxisError", "DtypeError", "IndexOutOfRangeError",
-    "KernelNotFoundError", "KernelOutputError", "TransformError", "PluginError",
-    "BackendError", "DeviceError", "OutOfMemoryError", "at_op",
+    "LazyxError", "ArgumentError", "ShapeError", "AxisError", "DtypeError", "IntegerRangeError",
+    "IndexOutOfRangeError",
+    "KernelNotFoundError", "KernelOutputError", "TransformError", "ShapelessCompileError", "PluginError",
+    "BackendError", "DeviceError", "OutOfMemoryError", "FileFormatError", "FileMissingError",
+    "LinAlgError", "at_op",
 ]
 
 
@@ -37,12 +39,20 @@ class AxisError(LazyxError, ValueError, IndexError):
     """An axis out of range or repeated."""
 
 
-class DtypeError(LazyxError, TypeError):
-    """An unknown dtype, or one an operation does not accept."""
+class DtypeError(LazyxError, TypeError, ValueError):
+    """An unknown dtype, or one an operation does not accept: a ``TypeError`` as NumPy
+    raises, and a ``ValueError`` as MLX raises (``[floor] Not supported for complex64.``)."""
 
 
-class IndexOutOfRangeError(LazyxError, IndexError):
-    """An index outside the array."""
+class IntegerRangeError(LazyxError, OverflowError, ValueError):
+    """A Python int outside the range its argument takes: a dimension or an index beyond
+    32 bits (MLX's shapes are 32-bit: an ``OverflowError`` for a shape, a ``ValueError``
+    for an index or an ``arange`` length)."""
+
+
+class IndexOutOfRangeError(LazyxError, IndexError, ValueError):
+    """An index outside the array: an ``IndexError`` as NumPy raises, and a ``ValueError``
+    as MLX raises where it checks (``take`` of an int, an index beyond 32 bits)."""
 
 
 class KernelNotFoundError(LazyxError, NotImplementedError):
@@ -55,6 +65,17 @@ class KernelOutputError(LazyxError, RuntimeError):
 
 class TransformError(LazyxError, NotImplementedError):
     """A primitive lacks the rule (vjp, jvp, vmap, output_shapes) a transform needs."""
+
+
+class ShapelessCompileError(TransformError, ValueError):
+    """A primitive whose parameters fix its output shape (a slice's bounds) inside
+    ``compile(..., shapeless=True)``: a ValueError, as MLX raises."""
+
+
+class LinAlgError(LazyxError, RuntimeError):
+    """A factorization that failed on the values it was given: a singular matrix to
+    invert or solve with, a matrix that is not positive definite (``RuntimeError`` as
+    MLX raises)."""
 
 
 class PluginError(LazyxError, RuntimeError):
@@ -71,6 +92,15 @@ class DeviceError(LazyxError, ValueError):
 
 class OutOfMemoryError(LazyxError, MemoryError):
     """An array, or a buffer a kernel needs, larger than the memory lazyx can get."""
+
+
+class FileFormatError(LazyxError, RuntimeError):
+    """A file ``load`` cannot read as its format: truncated, corrupt or of another format
+    (``RuntimeError``, as MLX raises). The message names the file and the format."""
+
+
+class FileMissingError(FileFormatError, FileNotFoundError):
+    """A path that does not exist: a file given to ``load``, a folder to save into."""
 
 
 def at_op(exc: LazyxError, op: str) -> LazyxError:

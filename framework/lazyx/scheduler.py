@@ -27,7 +27,7 @@ from . import array as _array_module
 from . import backend as _backend
 from .array import array
 from .backend import is_device_buffer
-from .errors import KernelOutputError, LazyxError
+from .errors import ArgumentError, KernelOutputError, LazyxError
 from .memory import out_of_memory
 from .providers import provider_of
 
@@ -54,6 +54,9 @@ class _Retain:
 
 
 retain_graph = _Retain()
+#: Counts the compile and vmap traces running (``async_eval`` is refused inside any
+#: transform, as in MLX; the autodiff transforms are counted by ``retain_graph``).
+tracing = _Retain()
 
 #: Weak references to the nodes evaluated while the graph was retained; the
 #: outermost transform detaches them when it finishes (lazyx.transforms.autodiff).
@@ -95,8 +98,14 @@ def async_eval(*args) -> None:
     """Evaluate ``args``; lazyx runs kernels on the calling thread, so this is ``eval``.
 
     It exists for MLX compatibility: code that overlaps graph building with
-    ``async_eval`` still runs correctly.
+    ``async_eval`` still runs correctly. As in MLX it is refused (``ValueError``)
+    inside a function being transformed (``grad``, ``vjp``, ``jvp``, ``vmap``,
+    ``compile``), where ``eval`` is still allowed.
     """
+    if retain_graph.depth or tracing.depth:
+        raise ArgumentError("[async_eval] Not allowed inside a graph transformation (grad, "
+                            "vjp, jvp, vmap, compile); call eval, or call async_eval outside "
+                            "the transformed function.")
     eval_arrays(tree_arrays(args, []))
 
 

@@ -67,12 +67,13 @@ def test_metadata():
         len(mx.array(1))
 
 
-def test_numpy_export_is_zero_copy_and_read_only():
+def test_numpy_export_is_zero_copy_and_writes_through():
     a = mx.array(np.arange(6, dtype=np.float32))
     v = np.asarray(a)
     assert np.shares_memory(v, a._data)
-    with pytest.raises(ValueError):
-        v[0] = 5
+    v[0] = 5  # MLX's semantics: the export is the array's memory (tests/core/test_interop.py)
+    assert a.tolist()[0] == 5
+    v[0] = 0
     c = np.array(a)
     c[0] = 5  # a copy: the lazyx array is unaffected
     assert a.tolist()[0] == 0

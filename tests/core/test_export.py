@@ -343,8 +343,8 @@ def test_shapeless(tmp_path):
         assert out.shape == (shape[0],)
         np.testing.assert_allclose(np.array(out), np.array(f(x, y)), rtol=1e-6)
     # Parameters that fix an output shape refuse shapeless export, naming the primitive.
-    with pytest.raises(ExportError, match="Reshape"):
-        mx.export_function(path, lambda x: mx.reshape(x, (6,)) * 2, to_lazyx(_f32(2, 3)),
+    with pytest.raises(ExportError, match="Slice"):
+        mx.export_function(path, lambda x: x[1:] * 2, to_lazyx(_f32(2, 3)),
                            shapeless=True)
     # Still the traced number of dimensions and dtypes, as in MLX.
     with pytest.raises(ArgumentError, match=r"\(2,3\) float32"):

@@ -279,10 +279,6 @@ def _subtract_ref(a, b):
     return np.logical_xor(a, b) if a.dtype.kind == "b" else np.subtract(a, b)
 
 
-def _floor_divide_ref(a, b):
-    return np.divide(a, b) if a.dtype.kind == "c" else np.floor_divide(a, b)
-
-
 def _shift_ref(fn):
     return lambda a, b: fn(a.astype(np.uint8), b.astype(np.uint8)) if a.dtype.kind == "b" \
         else fn(a, b)
@@ -298,7 +294,7 @@ BINARY = {
     "subtract": (_subtract_ref, ALL, same, BIG, BIG),
     "multiply": (np.multiply, ALL, same, BIG, BIG),
     "divide": (_f64(np.divide), ALL, to_float, BIG, (0.5, 4)),
-    "floor_divide": (_floor_divide_ref, ALL, same, (-20, 20), (1, 4)),
+    "floor_divide": (np.floor_divide, NO_COMPLEX, same, (-20, 20), (1, 4)),
     "remainder": (_mlx_remainder, NO_COMPLEX, same, (-20, 20), (1, 4)),
     "power": (_mlx_power, ALL, same, (0.5, 3), (0, 3)),
     "maximum": (np.maximum, ALL, same, BIG, BIG),

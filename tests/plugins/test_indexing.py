@@ -376,7 +376,8 @@ def test_bad_setitem_leaves_the_array_unchanged():
     x = to_lazyx(np.arange(6, dtype=np.int32).reshape(2, 3))
     for key, value, exc in [(2, 0, IndexOutOfRangeError), ((slice(None), 1), mx.array([1, 2, 3]), ShapeError),
                             (slice(None), mx.zeros((2, 2)), ShapeError),
-                            (mx.array([True, False]), 1, ArgumentError),
+                            (mx.array([True, False, True]), 1, ShapeError),
+                            ((slice(None), mx.array([True, False, True])), 1, ArgumentError),
                             ((mx.array([0]), 5), 1, IndexOutOfRangeError)]:
         with pytest.raises(exc):
             x[key] = value
@@ -398,3 +399,57 @@ def test_index_array_out_of_range_raises_at_evaluation():
         mx.eval(y)
     assert_close(x, np.arange(10), mx.int32)
     assert_close(x[mx.array([-10, 9])], np.array([0, 9]), mx.int32)   # negatives wrap
+
+
+# -- boolean-mask assignment (MLX's masked scatter) --------------------------------------
+@pytest.mark.parametrize("dtype", [mx.float32, mx.int32, mx.bool_, mx.complex64], ids=str)
+@pytest.mark.parametrize("shape,k", [((5,), 1), ((3, 4), 1), ((3, 4), 2), ((2, 3, 2), 2), ((4,), 0)],
+                         ids=str)
+def test_mask_assignment_matches_numpy(dtype, shape, k):
+    g = rng(21)
+    x = random_array(shape, dtype, g)
+    mask = g.random(shape[:k]) < 0.5
+    n = int(mask.sum())
+    trail = shape[k:]
+    for value in [random_array((), dtype, g), random_array(trail, dtype, g),
+                  random_array((n,) + trail, dtype, g)]:
+        want = x.copy()
+        want[mask] = value
+        a = to_lazyx(x)
+        alias = a
+        a[mx.array(mask) if k else bool(mask)] = to_lazyx(np.asarray(value))
+        assert a is alias
+        assert_close(a, want, dtype)
+
+
+def test_mask_assignment_consumes_rows_in_order_and_keeps_earlier_readers():
+    x = to_lazyx(np.arange(6, dtype=np.float32).reshape(3, 2))
+    before = x * 1
+    x[mx.array([True, False, True])] = mx.array([[10.0, 11], [12, 13], [14, 15]])  # extra row unused
+    assert x.tolist() == [[10, 11], [2, 3], [12, 13]] and before.tolist() == [[0, 1], [2, 3], [4, 5]]
+    x[[False, True, False]] = 7  # a list of bools is a mask too
+    assert x.tolist()[1] == [7, 7]
+
+
+def test_mask_assignment_gradients_and_vmap():
+    mask = mx.array([True, False, True, False])
+    xs = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    vs = np.array([5.0, 6.0], np.float32)
+
+    def f(x, v):
+        y = x * 1
+        y[mask] = v * v
+        return (y * y).sum()
+    gx, gv = mx.grad(f, argnums=(0, 1))(to_lazyx(xs), to_lazyx(vs))
+    assert_close(gx, np.array([0, 4, 0, 8.0]), mx.float32)  # masked positions get none
+    assert_close(gv, 4 * vs ** 3, mx.float32)  # d/dv (v^2)^2
+
+    def put(x, m):
+        x[m] = 0.0
+        return x
+    xb = np.arange(6, dtype=np.float32).reshape(2, 3)
+    mb = np.array([[True, False, True], [False, True, False]])
+    out = mx.vmap(put)(to_lazyx(xb), mx.array(mb))
+    assert_close(out, np.where(mb, 0, xb), mx.float32)
+    assert_close(mx.compile(put)(to_lazyx(xb[0]), mx.array(mb[0])), np.where(mb[0], 0, xb[0]),
+                 mx.float32)

@@ -163,25 +163,28 @@ def test_bad_dtypes_raise_at_the_call():
     assert f.tolist() == [1.5, 2.5]
 
 
-def test_augmented_assignment_rebinds_and_leaves_other_graphs_alone():
-    # lazyx arrays are immutable nodes: `a += 1` binds a new array to `a`, so an
-    # earlier consumer of the old value (and any alias of it) keeps that value.
+def test_augmented_assignment_updates_in_place_and_leaves_other_graphs_alone():
+    # As in MLX: `a += 1` updates the object `a` (an alias is the same object and sees
+    # the new value); a node built earlier from `a` keeps the value it read.
     a = to_lazyx(np.array([1, 2], np.int32))
     alias = a
     doubled = a * 2
     a += 1
-    assert a is not alias and a.tolist() == [2, 3]
-    assert alias.tolist() == [1, 2] and doubled.tolist() == [2, 4]
-    a *= 1.5
-    assert a.dtype is mx.float32 and a.tolist() == [3.0, 4.5]
+    assert a is alias and a.tolist() == [2, 3]
+    assert doubled.tolist() == [2, 4]
+    a *= 1.5  # the result's dtype, as MLX
+    assert a is alias and a.dtype is mx.float32 and a.tolist() == [3.0, 4.5]
     b = to_lazyx(np.array([6, 7], np.int32))
     for fn, expected in [(operator.ixor, [4, 5]), (operator.ilshift, [16, 20]),
                          (operator.irshift, [4, 5]), (operator.ifloordiv, [2, 2]),
                          (operator.ipow, [4, 4]), (operator.ior, [6, 6]),
-                         (operator.iand, [2, 2]), (operator.imod, [0, 0]),
-                         (operator.itruediv, [0.0, 0.0])]:
+                         (operator.iand, [2, 2]), (operator.imod, [0, 0])]:
+        before = b
         b = fn(b, 2)
-        assert b.tolist() == expected, fn.__name__
+        assert b is before and b.tolist() == expected, fn.__name__
+    with pytest.raises(ValueError, match="non-floating"):  # MLX refuses /= on integers
+        b /= 2
+    assert b.tolist() == [0, 0] and b.dtype is mx.int32
     c = to_lazyx(np.array([[1.0], [2.0]], np.float32))
     c += to_lazyx(np.array([1.0, 2.0, 3.0], np.float32))
     assert c.shape == (2, 3)
@@ -231,3 +234,26 @@ def test_real_and_imag_properties():
     assert i.imag.tolist() == [0, 0] and i.imag.dtype is mx.int8
     with pytest.raises(AttributeError):
         i.real = i
+
+
+@pytest.mark.parametrize("op,ref", [("iadd", np.add), ("isub", np.subtract), ("imul", np.multiply),
+                                    ("itruediv", np.divide), ("ipow", np.power)])
+def test_in_place_operators_under_grad_and_compile(op, ref):
+    # d/dx sum((x * 1) op= x) against the NumPy float64 derivative by central differences.
+    def f(x):
+        y = x * 1.0
+        y = getattr(operator, op)(y, x)
+        return y.sum()
+    xs = np.array([0.5, 1.5, 2.5], np.float64)
+    eps = 1e-6
+    fd = (ref(xs + eps, xs + eps) - ref(xs - eps, xs - eps)) / (2 * eps)
+    assert_close(mx.grad(f)(to_lazyx(xs.astype(np.float32))), fd, mx.float32, rtol=1e-3)
+    assert_close(mx.compile(f)(to_lazyx(xs.astype(np.float32))), ref(xs, xs).sum(), mx.float32)
+
+
+def test_in_place_update_of_a_node_read_elsewhere():
+    a = to_lazyx(np.array([1.0, 2.0], np.float32))
+    pair = [a * 1, a]  # a list entry holds the object: it sees the update (same object)
+    a -= 1
+    a @= to_lazyx(np.array([[1.0, 0, 2], [0, 1, 3]], np.float32))
+    assert pair[1] is a and a.tolist() == [0.0, 1.0, 3.0] and pair[0].tolist() == [1.0, 2.0]

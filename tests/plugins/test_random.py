@@ -292,11 +292,12 @@ def test_randint_range_and_moments(dtype):
 
 
 def test_randint_wide_ranges_and_edges():
+    # MLX's algorithm: float32 uniform samples rounded down, so a wide range has float32's
+    # resolution (as in MLX; the differential test checks the numbers themselves).
     big = np_(R.randint(-2**62, 2**62, (N,), mx.int64, key=R.key(10)))
-    assert big.min() >= -2**62 and big.max() < 2**62
-    assert np.unique(big).size == N  # no float rounding collapses the values
+    assert big.min() >= -2**62 and big.max() < 2**62 and np.unique(big).size > N // 2
     full = np_(R.randint(-2**31, 2**31 - 1, (N,), key=R.key(11))).astype(np.int64)
-    assert full.min() >= -2**31 and full.max() < 2**31 - 1 and (full % 2 == 1).mean() > 0.49
+    assert full.min() >= -2**31 and full.max() < 2**31 and abs(full.mean()) < 2**31 * 0.01
     assert np_(R.randint(10, 0, (5,), key=R.key(0))).tolist() == [10] * 5  # empty: low
     assert np_(R.randint(5, 5, (3,), key=R.key(0))).tolist() == [5] * 3
     b = R.randint(0, 2, (1000,), mx.bool_, key=R.key(1))
@@ -304,9 +305,9 @@ def test_randint_wide_ranges_and_edges():
     arr = np_(R.randint(mx.array([0, 100]), mx.array([10, 200]), (N // 2, 2), key=R.key(2)))
     assert arr[:, 0].min() == 0 and arr[:, 0].max() == 9
     assert arr[:, 1].min() == 100 and arr[:, 1].max() == 199
-    # Float bounds are truncated to integers first (as in MLX).
+    # Float bounds: samples of [0.5, 3.7) rounded down (0.5 itself is clamped to 0).
     f = np_(R.randint(0.5, 3.7, (1000,), key=R.key(3)))
-    assert set(f.tolist()) == {0, 1, 2}
+    assert set(f.tolist()) == {0, 1, 2, 3}
 
 
 def test_bernoulli_moments():

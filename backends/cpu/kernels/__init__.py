@@ -6,9 +6,9 @@ are the whole ``cpu-reference`` backend; the ``cpu`` backend starts from them
 and replaces some with native kernels.
 """
 
-from . import creation, elementwise, indexing, products, random, reductions, shapes, sorting
+from . import creation, elementwise, fft, indexing, linalg, products, random, reductions, shapes, sorting
 
-_MODULES = (creation, elementwise, indexing, products, random, reductions, shapes, sorting)
+_MODULES = (creation, elementwise, fft, indexing, linalg, products, random, reductions, shapes, sorting)
 
 
 def numpy_kernels() -> dict:

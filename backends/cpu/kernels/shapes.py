@@ -13,7 +13,7 @@ _as_strided = np.lib.stride_tricks.as_strided
 
 
 def _reshape(p, ins):
-    return ins[0].reshape(p.shape)
+    return ins[0].reshape(p.target)  # ``-1`` kept: a shapeless compile replays it
 
 
 def _flatten(p, ins):
@@ -24,7 +24,14 @@ def _flatten(p, ins):
 def _unflatten(p, ins):
     x = ins[0]
     s = x.shape
-    return x.reshape(s[:p.axis] + p.shape + s[p.axis + 1:])
+    return x.reshape(s[:p.axis] + p.target + s[p.axis + 1:])
+
+
+def _broadcast_to(p, ins):
+    try:
+        return np.broadcast_to(ins[0], p.shape)
+    except ValueError:  # a shapeless compile's replay: the shape rule's broadcast (as MLX)
+        return np.broadcast_to(ins[0], np.broadcast_shapes(ins[0].shape, p.shape))
 
 
 def _concatenate(p, ins):
@@ -121,7 +128,7 @@ KERNELS = {
     sh.Squeeze: lambda p, ins: np.squeeze(ins[0], axis=p.axes),
     sh.ExpandDims: lambda p, ins: np.expand_dims(ins[0], p.axes),
     sh.Transpose: lambda p, ins: ins[0].transpose(p.axes),
-    sh.BroadcastTo: lambda p, ins: np.broadcast_to(ins[0], p.shape),
+    sh.BroadcastTo: _broadcast_to,
     sh.Concatenate: _concatenate,
     sh.Split: _split,
     sh.Pad: _pad,

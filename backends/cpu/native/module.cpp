@@ -13,6 +13,7 @@
 #include <string>
 
 #include "allocator.h"
+#include "buffer.h"
 #include "kernels.h"
 #include "parallel.h"
 
@@ -101,6 +102,16 @@ NB_MODULE(_native, m) {
   if (g_handler == nullptr) throw nb::python_error();
 
   m.def("version", []() { return 2; });
+
+  // -- the buffer protocol on Python 3.11 --------------------------------------
+  m.def(
+      "backport_buffer_protocol",
+      [](nb::handle cls) {
+        if (lazyx::buffer::backport(cls.ptr()) != 0) throw nb::python_error();
+      },
+      "cls"_a,
+      "Give class cls the buffer protocol through its __buffer__ method, as Python 3.12 "
+      "(PEP 688) does; for Python 3.11.");
 
   // -- memory ---------------------------------------------------------------
   m.def(

@@ -11,26 +11,31 @@ The ops themselves (``add``, ``sum``, ``matmul``, ``random.uniform`` ...) are
 installed here by the op-pack plugins when this module is first imported.
 """
 
-from ..array import array
+from .. import __version__
+from ..array import ArrayIterator, ArrayLike, array
+from ..array_api import __array_namespace_info__
 from ..backend import Backend, backends, kernel_provider, use_backend
 from ..custom_primitive import custom_primitive
-from ..device import (Device, DeviceType, Stream, cpu, default_device, default_stream, gpu,
-                      is_available, new_stream, set_default_device, set_default_stream, stream,
-                      synchronize)
+from ..device import (Device, DeviceType, Stream, StreamContext, ThreadLocalStream, clear_streams,
+                      cpu, default_device, default_stream, device_count, device_info, gpu,
+                      is_available, new_stream, new_thread_local_stream, new_thread_unsafe_stream,
+                      set_default_device, set_default_stream, set_wired_limit, stream, synchronize)
 from ..dtypes import (Dtype, DtypeCategory, bfloat16, bool_, can_cast, complex64,
                       complexfloating, e, euler_gamma, finfo, float16, float32, float64, floating,
-                      generic, iinfo, inexact, inf, int8, int16, int32, int64, integer, issubdtype,
+                      generic, iinfo, inexact, inf, int8, int16, int32, int64, integer, isdtype, issubdtype,
                       nan, newaxis, number, pi, promote_types, result_type, signedinteger, uint8,
                       uint16, uint32, uint64, unsignedinteger)
 from ..graph import export_to_dot, print_graph
+from ..interop import asarray, from_dlpack
 from ..memory import (clear_cache, get_active_memory, get_cache_memory, get_peak_memory,
                       reset_peak_memory, set_cache_limit, set_memory_limit)
 from ..primitive import Primitive
+from ..printoptions import PrintOptions, get_printoptions, printoptions, set_printoptions
 from ..scheduler import async_eval, eval
 from ..transforms.autodiff import grad, jvp, value_and_grad, vjp
 from ..transforms.custom import checkpoint, custom_function
 from ..transforms.compile import compile, disable_compile, enable_compile
-from ..export import export_function, exporter, import_function
+from ..export import FunctionExporter, export_function, exporter, import_function
 from ..transforms.vmap import vmap
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -71,7 +71,7 @@ from .. import dtypes as _dt
 from .. import scheduler as _scheduler
 from ..array import array, lazy, lazy_multi
 from ..device import to_stream
-from ..errors import ArgumentError, KernelOutputError, TransformError
+from ..errors import ArgumentError, KernelOutputError, ShapelessCompileError, TransformError
 from ..primitive import Primitive
 from .fusion import fuse_elementwise
 from .placeholder import InputPlaceholder
@@ -284,7 +284,10 @@ def _build(outputs: list, inputs: list, shapeless: bool, expand: bool) -> Tape:
         in_slots = tuple(slot_of(x) for x in ins)
         if shapeless and not custom_node:
             _check_shapeless(prim, ins)
-        if sib is None and (not shapeless or prim.shapeless) and prim.is_noop(list(ins)):
+        # A no-op judged at the traced shapes (a reshape or broadcast to the input's
+        # shape) need not be one at other shapes: a shapeless tape keeps those nodes.
+        if sib is None and (not shapeless or "shape" not in prim._param_names) \
+                and prim.is_noop(list(ins)):
             slot[id(a)] = in_slots[0]
             continue
         out_slots = tuple(tape.new_slot(o._shape, o._dtype) for o in outs)
@@ -298,7 +301,7 @@ def _build(outputs: list, inputs: list, shapeless: bool, expand: bool) -> Tape:
 
 def _check_shapeless(prim, ins) -> None:
     if not prim.shapeless:
-        raise TransformError(
+        raise ShapelessCompileError(
             f"[compile] {prim.name} cannot infer output shapes at other input shapes (its "
             f"parameters fix them), so this function cannot be compiled with "
             f"shapeless=True; compile it without shapeless.")
@@ -729,9 +732,13 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
           written back into them after every call. Default: ``None``.
         shapeless (bool, optional): A function compiled with ``shapeless=True``
           is not traced again when only the input shapes change (a change in the
-          number of dimensions or a dtype still traces again). Functions whose
-          primitives cannot infer their output shapes at other shapes (a
-          reshape to a fixed shape, a slice) raise an error naming the
+          number of dimensions or a dtype still traces again). Output shapes
+          are inferred again at each call as MLX does: a ``-1`` in a reshape is
+          inferred again (other dimensions stay as traced), ``broadcast_to``
+          broadcasts the input with the traced shape, gathers and slice
+          updates keep their traced slice bounds. Functions with primitives
+          whose parameters fix their output shapes (a basic slice, ``split``)
+          raise :class:`ShapelessCompileError` (a ``ValueError``) naming the
           primitive. Default: ``False``.
 
     Returns:
@@ -880,6 +887,7 @@ def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
             placeholders.append(ph)
     handles = [(ph._prim, ph._dtype) for ph in placeholders]
     _settings.tracing += 1
+    _scheduler.tracing.depth += 1
     try:
         if has_kwargs:
             a, kw = unflatten(treedef, new_leaves)
@@ -888,6 +896,7 @@ def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
             out = fun(*unflatten(treedef, new_leaves))
     finally:
         _settings.tracing -= 1
+        _scheduler.tracing.depth -= 1
         for path, x, ph in swapped:
             c = _setter(state_in, path, "inputs")
             try:

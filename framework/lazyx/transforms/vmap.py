@@ -24,7 +24,7 @@ import itertools
 from ..array import array, lazy
 from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
-from ..scheduler import unevaluated_order
+from ..scheduler import tracing as _tracing, unevaluated_order
 from .placeholder import InputPlaceholder
 from ..rules import add_batch_axis, move_batch_axis
 from .autodiff import rebound
@@ -142,7 +142,14 @@ def vmap(fun, in_axes=0, out_axes=0):
                                 f"{sorted(kwargs)}. Pass them positionally (None in in_axes "
                                 f"leaves an argument unmapped).")
         leaves, treedef = flatten(args)
-        if isinstance(in_axes, (list, tuple)):
+        if len(args) == 1 and (isinstance(in_axes, dict) or (
+                isinstance(in_axes, (list, tuple)) and len(in_axes) != 1)):
+            # One argument: MLX matches in_axes against the argument itself, so a dict
+            # or a nested tuple is that argument's tree (a 1-tuple still means "one
+            # entry per argument", which reads the same).
+            axes = broadcast_prefix(in_axes, treedef[1][0], "argument 0", "[vmap] in_axes",
+                                    _is_axis_spec)
+        elif isinstance(in_axes, (list, tuple)):
             if len(in_axes) != len(args):
                 raise ArgumentError(f"[vmap] in_axes has {len(in_axes)} entries but the "
                                     f"function was called with {len(args)} argument(s).")
@@ -152,7 +159,8 @@ def vmap(fun, in_axes=0, out_axes=0):
                                              _is_axis_spec))
         elif isinstance(in_axes, dict):
             raise ArgumentError("[vmap] in_axes must be an int, None, or a tuple with one "
-                                "entry per argument; got a dict.")
+                                "entry per argument; got a dict (a dict matches the argument "
+                                "itself only when there is one).")
         else:
             axes = [in_axes] * len(leaves)
         paths = None
@@ -192,7 +200,11 @@ def vmap(fun, in_axes=0, out_axes=0):
                                 "is mapped.")
         placeholders = [(x, x._prim) for x in new_leaves
                         if isinstance(x, _array) and type(x._prim) is Placeholder]
-        out = fun(*unflatten(treedef, new_leaves))
+        _tracing.depth += 1
+        try:
+            out = fun(*unflatten(treedef, new_leaves))
+        finally:
+            _tracing.depth -= 1
         # ``x[idx] = v`` on a mapped argument moves its placeholder to another object.
         for x, p in placeholders:
             if x._prim is not p:
@@ -203,7 +215,11 @@ def vmap(fun, in_axes=0, out_axes=0):
             if not isinstance(x, _array):
                 raise ArgumentError(f"[vmap] The function must return arrays or trees of "
                                     f"arrays; output{p} is {describe(x)}.")
-        oaxes = broadcast_prefix(out_axes, out_def, "output",
+        spec = out_axes
+        if out_def is None and isinstance(spec, (list, tuple)) and len(spec) == 1 \
+                and _is_axis_spec(spec[0]):
+            spec = spec[0]  # MLX reads (axis,) at a single array as axis
+        oaxes = broadcast_prefix(spec, out_def, "output",
                                  "[vmap] out_axes", _is_axis_spec)
         _replay(out_leaves, mapped, size)
         results = []
