@@ -3,9 +3,7 @@
 :func:`custom_primitive` turns a NumPy function into an op backed by a real
 :class:`~lazyx.primitive.Primitive` subclass, so it is evaluated by the
 scheduler, transformed by ``grad``/``jvp``/``vmap``, listed by ``lazyx info``
-and overridable per backend exactly like a built-in::
-
-    import lazyx.core as mx
+and overridable per backend exactly like a built-in (``mx`` is ``lazyx.core``)::
 
     @mx.custom_primitive(elementwise=True)
     def axpby(x, y, *, alpha=1.0, beta=1.0):
