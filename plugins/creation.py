@@ -21,9 +21,10 @@ from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, DtypeError, IntegerRangeError, ShapeError
 from lazyx.memory import check_allocation, physical_memory
 from lazyx.hookspecs import hookimpl, pack_hooks
-from lazyx.primitive import FixedShape, Primitive, Shape, Size
+from lazyx.primitive import FixedShape, Primitive, SameShape, Shape, Size
 from lazyx.examples import example, uniform
 from lazyx.rules import batch_first, sum_to_shape
+from lazyx.transforms.compile import _settings as _compile  # .tracing: inside a compile trace
 
 import lazyx.core as mx
 
@@ -92,6 +93,44 @@ class Full(FixedShape):
     def vmap(self, inputs, axes):
         v = batch_first(inputs[0], axes[0], len(self.shape), self.stream)
         return [mx.full(v._shape[:1] + self.shape, v, stream=self.stream)], [0]
+
+
+class FullLike(SameShape):
+    """Its second input (the values, already of the output dtype) broadcast to the
+    shape of its first: ``zeros_like``, ``ones_like`` and ``full_like`` inside a
+    compile trace, so that a shapeless compile takes the shape of each call's input,
+    as MLX does (eagerly they are a :class:`Fill` or :class:`Full`, which need not
+    wait for the input). Only the first input's shape is read: it has no gradient;
+    the values' is summed over the broadcast dimensions.
+    """
+
+    __slots__ = ()
+    arity = 2
+
+    def vjp(self, primals, cotangents, argnums, outputs):
+        v = primals[1]
+        return [None if i == 0 else sum_to_shape(cotangents[0], v._shape, self.stream)
+                for i in argnums]
+
+    def jvp(self, primals, tangents, argnums):
+        if 1 not in argnums:
+            return [None]
+        return [full_like_node(primals[0], tangents[list(argnums).index(1)], self.stream)]
+
+    def vmap(self, inputs, axes):
+        (a, v), (ax, vx), s = inputs, axes, self.stream
+        ndim = len(a._shape) - (ax is not None)
+        if vx is not None:
+            v = batch_first(v, vx, ndim, s)
+        if ax is None:  # a batch of values over one shape
+            return [mx.broadcast_to(v, v._shape[:1] + a._shape, stream=s)], [0]
+        return [full_like_node(batch_first(a, ax, None, s), v, s)], [0]
+
+
+def full_like_node(a, v, stream=None) -> array:
+    """The :class:`FullLike` node: ``v`` (of the output dtype, broadcastable to
+    ``a.shape``) broadcast to the shape of ``a``."""
+    return lazy(a._shape, v._dtype, FullLike(to_stream(stream)), (a, v))
 
 
 class Arange(Creation):
@@ -304,25 +343,29 @@ def _like(a, op):
     return a
 
 
+def _fill_like(a, d, value, stream):
+    # Inside a compile trace the shape comes from ``a`` at each call (see FullLike).
+    if _compile.tracing:
+        return full_like_node(a, constant(value, d), stream)
+    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, value), ())
+
+
 def zeros_like(a, /, dtype=None, *, stream=None) -> array:
     """An array of zeros with the shape of ``a`` and its dtype (or ``dtype``)."""
     a = _like(a, "zeros_like")
-    d = a._dtype if dtype is None else dt.to_dtype(dtype)
-    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 0), ())
+    return _fill_like(a, a._dtype if dtype is None else dt.to_dtype(dtype), 0, stream)
 
 
 def ones_like(a, /, dtype=None, *, stream=None) -> array:
     """An array of ones with the shape of ``a`` and its dtype (or ``dtype``)."""
     a = _like(a, "ones_like")
-    d = a._dtype if dtype is None else dt.to_dtype(dtype)
-    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 1), ())
+    return _fill_like(a, a._dtype if dtype is None else dt.to_dtype(dtype), 1, stream)
 
 
 def empty_like(a, /, dtype=None, *, stream=None) -> array:
     """An array with the shape of ``a`` whose values do not matter (zeros, as in MLX)."""
     a = _like(a, "empty_like")
-    d = a._dtype if dtype is None else dt.to_dtype(dtype)
-    return lazy(a._shape, d, Fill(to_stream(stream), a._shape, d, 0), ())
+    return _fill_like(a, a._dtype if dtype is None else dt.to_dtype(dtype), 0, stream)
 
 
 def full_like(a, vals, dtype=None, *, stream=None) -> array:
@@ -335,7 +378,10 @@ def full_like(a, vals, dtype=None, *, stream=None) -> array:
     """
     a = _like(a, "full_like")
     d = a._dtype if dtype is None else dt.to_dtype(dtype)
-    return _full(a._shape, vals, d, stream, "full_like")
+    out = _full(a._shape, vals, d, stream, "full_like")  # checks vals, names the shapes
+    if _compile.tracing:
+        return full_like_node(a, out._inputs[0], stream)
+    return out
 
 
 # -- ranges ------------------------------------------------------------------
@@ -554,7 +600,7 @@ def meshgrid(*arrays, sparse: bool = False, indexing: str = "xy", stream=None) -
     return tuple(out)
 
 
-PRIMITIVES = [Fill, Full, Arange, Linspace, Eye, Tri, Window]
+PRIMITIVES = [Fill, Full, FullLike, Arange, Linspace, Eye, Tri, Window]
 
 OPS = {f.__name__: f for f in (
     zeros, ones, full, zeros_like, ones_like, full_like, empty, empty_like, arange, linspace,
@@ -577,6 +623,8 @@ def lazyx_examples():
         (Fill, example(_times(lambda: ones((2, 3), f64)), uniform((2, 3)))),
         (Full, example(lambda x: full((2, 3), x), uniform((3,)))),
         (Full, example(lambda x: full((2, 3), x), uniform((2, 1)))),
+        (FullLike, example(lambda a, v: full_like_node(a, v), uniform((2, 3)), uniform((3,)))),
+        (FullLike, example(lambda a, v: full_like_node(a, v), uniform((2, 3)), uniform((2, 1)))),
         (Arange, example(_times(lambda: arange(3, dtype=f64)), uniform((2, 3)))),
         (Linspace, example(_times(lambda: linspace(-1, 1, 3, dtype=f64)), uniform((2, 3)))),
         (Eye, example(_times(lambda: eye(3, dtype=f64)), uniform((3, 3)))),

@@ -752,6 +752,9 @@ class StopGradient(Piecewise):
     """The identity, through which no gradient flows."""
 
     __slots__ = ()
+    #: Reverse mode treats the output as a constant: what it feeds does not depend on
+    #: the differentiated inputs (read by ``lazyx.transforms.autodiff.graph_order``).
+    cuts_dependence = True
 
     def to_expression(self, args):
         return args[0]

@@ -140,6 +140,19 @@ def _tangents(argnums, tangents) -> dict:
     return {i: t for i, t in zip(argnums, tangents)}
 
 
+def _no_index_gradient(prim, argnums, first: int, mode: str, last: int | None = None) -> None:
+    """Raise where the transform reaches an index input (positions ``first``..``last``).
+
+    MLX refuses to differentiate with respect to indices, even integer ones computed
+    from the differentiated values (``b[mx.argsort(b)]``), rather than give zeros:
+    the fix is ``stop_gradient`` on the indices. Internal rules stop theirs."""
+    for i in argnums:
+        if i >= first and (last is None or i <= last):
+            raise ArgumentError(f"[{prim.name}] Cannot calculate {mode} with respect to indices "
+                                f"(input {i}). Use stop_gradient on indices to stop gradients "
+                                f"from being computed.")
+
+
 class _Strided(Primitive):
     """Parameters of a strided block of every axis: ``start_indices``, ``end_indices``
     (``-1`` where a negative stride runs through index 0) and ``strides``."""
@@ -253,14 +266,14 @@ class Gather(Primitive):
 
     # The cotangent adds back at the gathered positions (repeated ones accumulate).
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_index_gradient(self, argnums, 1, "VJP")
         a = primals[0]
         prim = Scatter(self.stream, _shift_entries(self.entries, 1), "add")
         return [None if i else _apply(prim, mx.zeros_like(a), cotangents[0], *primals[1:])
                 for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
-        if argnums[0]:
-            return [None]
+        _no_index_gradient(self, argnums, 1, "JVP")
         return [_apply(self, tangents[0], *primals[1:])]
 
     def vmap(self, inputs, axes):
@@ -364,6 +377,7 @@ class Scatter(SameShape):
 
     # -- the rules --
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_index_gradient(self, argnums, 2, "VJP")
         a, v, idx = primals[0], primals[1], primals[2:]
         g = cotangents[0]
         s = self.stream
@@ -408,6 +422,7 @@ class Scatter(SameShape):
         return res
 
     def jvp(self, primals, tangents, argnums):
+        _no_index_gradient(self, argnums, 2, "JVP")
         a, v, idx = primals[0], primals[1], primals[2:]
         s = self.stream
         ts = _tangents(argnums, tangents)
@@ -473,6 +488,7 @@ class GatherAxis(Primitive):
     # The cotangent adds back at the gathered positions; axes where ``a`` was broadcast
     # against the indices are summed.
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_index_gradient(self, argnums, 1, "VJP")
         a, idx = primals
         g = cotangents[0]
         ax = self.axis
@@ -482,8 +498,7 @@ class GatherAxis(Primitive):
         return [None if i else sum_to_shape(ga, a._shape, self.stream) for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
-        if argnums[0]:
-            return [None]
+        _no_index_gradient(self, argnums, 1, "JVP")
         return [_apply(self, tangents[0], primals[1])]
 
     def vmap(self, inputs, axes):
@@ -517,6 +532,7 @@ class ScatterAxis(SameShape):
             a._shape[ax + 1:]
 
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_index_gradient(self, argnums, 1, "VJP", 1)
         a, idx, v = primals
         g = cotangents[0]
         s = self.stream
@@ -542,6 +558,7 @@ class ScatterAxis(SameShape):
         return res
 
     def jvp(self, primals, tangents, argnums):
+        _no_index_gradient(self, argnums, 1, "JVP", 1)
         a, idx, v = primals
         ts = _tangents(argnums, tangents)
         ta, tv = ts.get(0), ts.get(2)

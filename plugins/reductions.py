@@ -10,7 +10,10 @@ Four primitive families carry everything:
 
 ``mean``, ``var``, ``std`` and ``count_nonzero`` are compositions of these with
 element-wise ops, as in MLX; ``median`` is a primitive (:class:`Median`) because
-its NumPy kernel is one call. Kernels live in
+its NumPy kernel is one call. The element count that ``mean``, ``var`` and ``std``
+divide by is a constant when they run eagerly; inside a compile trace it is a
+:class:`NumberOfElements` node, so that a shapeless compile counts again at each
+call's input shapes (MLX's primitive of the same name). Kernels live in
 ``lazyx.backends.cpu.kernels.reductions``.
 """
 
@@ -30,6 +33,8 @@ from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import Axes, Axis, Primitive, SameShape
 from lazyx.examples import example, uniform
 from lazyx.rules import NoGradient, batch_first, batched_axes
+from lazyx.transforms.compile import _settings as _compile  # .tracing: inside a compile trace
+from lazyx.plugins.creation import full_like_node
 
 _float32 = dt.float32
 _bool = dt.bool_
@@ -148,11 +153,15 @@ class Reduce(_OverAxes):
         if op == "all" or op == "any":
             return [None]
         x, s = primals[0], self.stream
-        c = _expanded(cotangents[0], x._shape, self.axes, self.keepdims, s)
+        c = _expanded(cotangents[0], x, self.axes, self.keepdims, s)
         if op == "sum":
             return [c]
         if op == "prod":
-            return [mx.multiply(c, _prod_of_others(x, self.axes, s), stream=s)]
+            # g * conj(d), as every complex rule (MLX's convention; see elementwise.py).
+            others = _prod_of_others(x, self.axes, s)
+            if others._dtype.kind == "c":
+                others = mx.conj(others, stream=s)
+            return [mx.multiply(c, others, stream=s)]
         out = outputs[0]
         if not self.keepdims:
             out = mx.expand_dims(out, self.axes, stream=s)
@@ -245,6 +254,49 @@ class LogSumExp(_OverAxes):
         return mx.logsumexp(x, axes, keepdims=self.keepdims, stream=self.stream)
 
 
+class NumberOfElements(NoGradient, Primitive):
+    """The number of elements of the input over ``axes`` (its reciprocal when
+    ``inverted``; ``inf`` for none) as a 0-d array of ``dtype``.
+
+    Only the input's shape is read. ``mean``, ``var`` and ``std`` use it inside a
+    compile trace, so a shapeless compile counts at each call's shapes; it has no
+    gradient.
+    """
+
+    __slots__ = ("axes", "inverted", "dtype")
+    arity = 1
+    axes: Axes
+    inverted: bool
+    dtype: dt.Dtype
+
+    def output_shapes(self, inputs):
+        return [()]
+
+    def vmap(self, inputs, axes):
+        # The count is the same for every example: the axes move past the batch axis.
+        ax = axes[0]
+        new = self.axes if ax is None else tuple(i + (i >= ax) for i in self.axes)
+        return [number_of_elements(inputs[0], new, self.inverted, self.dtype, self.stream)], \
+            [None]
+
+
+def number_of_elements(a, axes: tuple, inverted: bool, dtype, stream=None) -> array:
+    """The :class:`NumberOfElements` node of ``a`` over ``axes`` (sorted, non-negative)."""
+    s = to_stream(stream)
+    return lazy((), dtype, NumberOfElements(s, axes, inverted, dtype), (a,))
+
+
+def _count(x, axes: tuple, inverted: bool, dtype, stream):
+    """The element count of ``x`` over ``axes`` (inverted: 1/count, inf for none): a
+    Python number eagerly, a node inside a compile trace (see NumberOfElements)."""
+    if _compile.tracing:
+        return number_of_elements(x, axes, inverted, dtype, stream)
+    n = _size(x._shape, axes)
+    if inverted:
+        return 1.0 / n if n else float("inf")
+    return n
+
+
 class Median(_OverAxes):
     """The median over ``axes`` (mean of the two middle values for an even count;
     NaN when the slice holds a NaN). The input is inexact; the output has its dtype.
@@ -264,6 +316,8 @@ class Median(_OverAxes):
         mid = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
         order = mx.argsort(g, axis=-1, stream=s)
         idx = mx.take(order, mx.array(mid, dtype=dt.int32), axis=-1, stream=s)
+        # Indices carry no gradient, and a transform reaching one raises (as in MLX).
+        idx = mx.stop_gradient(idx, stream=s)
         return g, undo, idx, 1.0 / len(mid)
 
     def vjp(self, primals, cotangents, argnums, outputs):
@@ -358,12 +412,15 @@ def _batched_axes(axes: tuple, bx: int, keepdims: bool):
     return new, bx if keepdims else bx - builtins.sum(1 for a in axes if a < bx)
 
 
-def _expanded(c, shape: tuple, axes: tuple, keepdims: bool, s):
-    """A reduction's cotangent broadcast back to the input's ``shape``."""
+def _expanded(c, x, axes: tuple, keepdims: bool, s):
+    """A reduction's cotangent broadcast back to the shape of its input ``x``."""
     # Broadcasting puts back leading axes by itself (a full reduction's 0-d cotangent).
     if not keepdims and axes != tuple(range(len(axes))):
         c = mx.expand_dims(c, axes, stream=s)
-    return mx.broadcast_to(c, shape, stream=s)
+    if _compile.tracing:
+        # A shapeless compile then broadcasts to each call's input shape, as MLX.
+        return full_like_node(x, c, s)
+    return mx.broadcast_to(c, x._shape, stream=s)
 
 
 def _grouped(x, axes: tuple, s):
@@ -460,7 +517,7 @@ def _cumext_vjp(x, out, c, axis, s):
     pos = _positions(x, axis, s)
     nxt = mx.cummin(mx.where(sets, pos, n, stream=s), axis=axis, reverse=True, inclusive=False,
                     stream=s)
-    nxt = mx.minimum(nxt, n, stream=s)
+    nxt = mx.stop_gradient(mx.minimum(nxt, n, stream=s), stream=s)  # indices: see Median
     tail = mx.cumsum(c, axis=axis, reverse=True, stream=s)
     zero = mx.zeros(x._shape[:axis] + (1,) + x._shape[axis + 1:], tail._dtype, stream=s)
     padded = mx.concatenate([tail, zero], axis=axis, stream=s)
@@ -471,6 +528,7 @@ def _cumext_vjp(x, out, c, axis, s):
 def _cumext_jvp(x, out, t, axis, s):
     sets = mx.equal(x, out, stream=s)
     src = mx.cummax(mx.where(sets, _positions(x, axis, s), 0, stream=s), axis=axis, stream=s)
+    src = mx.stop_gradient(src, stream=s)  # indices: see Median
     return mx.take_along_axis(t, src, axis=axis, stream=s)
 
 
@@ -592,10 +650,9 @@ def mean(a, /, axis=None, keepdims=False, *, stream=None) -> array:
 
 
 def _mean(x, axes, keepdims, stream):
-    n = _size(x._shape, axes)
     # 0 * inf is NaN: the mean of no elements, as in MLX.
-    return mx.multiply(_reduce("sum", x, axes, keepdims, stream), 1.0 / n if n else float("inf"),
-                       stream=stream)
+    return mx.multiply(_reduce("sum", x, axes, keepdims, stream),
+                       _count(x, axes, True, x._dtype, stream), stream=stream)
 
 
 def _variance(a, axis, keepdims, ddof, stream, op):
@@ -617,8 +674,12 @@ def _variance(a, axis, keepdims, ddof, stream, op):
     if dev._dtype.kind == "c":
         dev = mx.abs(dev, stream=stream)
     ss = _reduce("sum", mx.multiply(dev, dev, stream=stream), axes, keepdims, stream)
-    div = _size(x._shape, axes) - ddof
     # MLX clamps the divisor at 0, so ddof >= n gives inf (or NaN for zero spread).
+    if _compile.tracing:
+        n = _count(x, axes, False, ss._dtype, stream)
+        div = mx.maximum(mx.subtract(n, ddof, stream=stream), 0, stream=stream)
+        return mx.divide(ss, div, stream=stream), out
+    div = _size(x._shape, axes) - ddof
     return mx.multiply(ss, 1.0 / div if div > 0 else float("inf"), stream=stream), out
 
 
@@ -858,7 +919,7 @@ def _no_dtype(fn):
     return method
 
 
-PRIMITIVES = [Reduce, ArgReduce, LogSumExp, Median, Scan]
+PRIMITIVES = [Reduce, ArgReduce, LogSumExp, NumberOfElements, Median, Scan]
 
 OPS = {
     "sum": sum, "prod": prod, "max": max, "min": min, "mean": mean, "var": var, "std": std,
@@ -891,6 +952,8 @@ def lazyx_examples():
         (ArgReduce, example(lambda a: argmax(a, axis=1), x)),
         (ArgReduce, example(lambda a: argmin(a, keepdims=True), x)),
         (LogSumExp, example(lambda a: logsumexp(a, axis=0, keepdims=True), x)),
+        (NumberOfElements, example(lambda a: number_of_elements(a, (1,), True, a._dtype), x)),
+        (NumberOfElements, example(lambda a: number_of_elements(a, (0, 1), False, dt.int32), x)),
         (Median, example(lambda a: median(a, axis=1), uniform((2, 4)))),
         (Scan, example(lambda a: cumsum(a, axis=1, reverse=True, inclusive=False), x)),
         (Scan, example(lambda a: cumprod(a, axis=1), p)),

@@ -32,10 +32,11 @@ import numpy as np
 import lazyx.core as mx
 from lazyx import dtypes as dt
 from lazyx.arguments import (as_array, broadcast_shapes as _broadcast_shapes, cast,
-                             check_dimensions, normalize_axis)
+                             check_dimensions, normalize_axis, MAX_DIM)
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, AxisError, DtypeError, IndexOutOfRangeError, ShapeError
+from lazyx.errors import (ArgumentError, AxisError, DtypeError, IndexOutOfRangeError,
+                          IntegerRangeError, ShapeError)
 from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import Axes, Axis, FixedShape, NewAxes, Primitive, SameShape, Shape, Size
 from lazyx.rules import (add_batch_axis, add_tangents, batch_first, batched_axes,
@@ -454,6 +455,14 @@ class Pad(Primitive):
         return [mx.where(mx.expand_dims(mask, b, stream=s), out, vb, stream=s)], [b]
 
 
+def _no_start_gradient(prim, argnums, start: int) -> None:
+    """MLX's vjp of a dynamic slice (update) refuses traced start indices, even integer
+    ones computed from the differentiated values, rather than give them zeros."""
+    if argnums[-1] >= start:
+        raise ArgumentError(f"[{prim.name}] Cannot calculate the VJP with respect to the "
+                            f"start indices (input {start}). Use stop_gradient on them.")
+
+
 class DynamicSlice(Primitive):
     """A block of size ``slice_size`` of ``a``; its start along ``axes`` is the second
     input (an integer array, read at evaluation), 0 along the other axes."""
@@ -472,14 +481,13 @@ class DynamicSlice(Primitive):
     def output_shapes(self, inputs):
         return [self.slice_size]
 
-    # The start indices are integers: they get no cotangent.
+    # The start indices get no cotangent: reaching them raises, as in MLX (the fix is
+    # stop_gradient on them); the tangent ignores them.
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_start_gradient(self, argnums, 1)
         a, start = primals
-        out = []
-        for i in argnums:
-            out.append(None if i else _apply(DynamicSliceUpdate(self.stream, self.axes),
-                                             mx.zeros_like(a), cotangents[0], start))
-        return out
+        return [_apply(DynamicSliceUpdate(self.stream, self.axes), mx.zeros_like(a),
+                       cotangents[0], start)]
 
     def jvp(self, primals, tangents, argnums):
         if argnums[0] != 0:
@@ -538,6 +546,7 @@ class DynamicSliceUpdate(SameShape):
         self.axes = axes
 
     def vjp(self, primals, cotangents, argnums, outputs):
+        _no_start_gradient(self, argnums, 2)
         a, u, start = primals
         g = cotangents[0]
         out = []
@@ -936,7 +945,7 @@ def reshape(a, /, shape, *, stream=None) -> array:
         # The common case, a tuple of non-negative ints, checked in one pass.
         known = 1
         for d in shape:
-            if type(d) is not _int or d < 0:
+            if type(d) is not _int or not 0 <= d <= MAX_DIM:
                 break
             known *= d
         else:
@@ -949,6 +958,12 @@ def reshape(a, /, shape, *, stream=None) -> array:
                     _infer_shape(src, size, shape, "reshape")  # raises, naming both shapes
             return lazy(shape, a._dtype, Reshape(to_stream(stream), shape), (a,))
     shape = _ints(shape, "reshape", "shape")
+    for d in shape:
+        if not -MAX_DIM - 1 <= d <= MAX_DIM:
+            # An OverflowError, as MLX's binding raises converting to its 32-bit shape.
+            raise IntegerRangeError(f"[reshape] Dimension {d} of shape {shape} is outside "
+                                    f"the supported range [{-MAX_DIM - 1}, {MAX_DIM}] "
+                                    f"(32-bit, as in MLX).")
     infer = shape.index(-1) if -1 in shape else -1  # kept for shapeless compile, as MLX
     if shape != a._shape:
         shape = _infer_shape(a._shape, a.size, shape, "reshape")

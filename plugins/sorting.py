@@ -53,15 +53,20 @@ class _Permuting(_AlongAxis):
         return mx.take_along_axis(mx.argsort(x, axis=self.axis, stream=s),
                                   _ranks(out, self.axis, s), axis=self.axis, stream=s)
 
+    def _stopped_sources(self, x, out, s):
+        # Indices carry no gradient, and a transform reaching one raises (as in MLX):
+        # stopped, so that higher derivatives pass these rules.
+        return mx.stop_gradient(self._sources(x, out, s), stream=s)
+
     def vjp(self, primals, cotangents, argnums, outputs):
         x, s = primals[0], self.stream
-        src = self._sources(x, outputs[0], s)
+        src = self._stopped_sources(x, outputs[0], s)
         return [mx.put_along_axis(mx.zeros_like(x, stream=s), src, cotangents[0],
                                   axis=self.axis, stream=s)]
 
     def jvp(self, primals, tangents, argnums):
         x, s = primals[0], self.stream
-        src = self._sources(x, self._forward(x, self.axis, s), s)
+        src = self._stopped_sources(x, self._forward(x, self.axis, s), s)
         return [mx.take_along_axis(tangents[0], src, axis=self.axis, stream=s)]
 
 

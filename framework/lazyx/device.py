@@ -4,7 +4,10 @@ A :class:`Device` names a kind of processor (``cpu`` or ``gpu``) and an index.
 A :class:`Stream` is an ordered queue of work on one device; every primitive
 records the stream it runs on. Kernels run on the calling thread, so streams
 order work but do not add threads (see DESIGN.md: a thread hand-off per
-evaluation costs more than most small kernels).
+evaluation costs more than most small kernels). As in MLX, the default device and
+the default stream of each device belong to the calling thread: a new thread gets
+default streams of its own (made on first use), and ``set_default_stream`` /
+``with stream(s)`` change only the calling thread's.
 """
 
 from __future__ import annotations
@@ -31,17 +34,36 @@ gpu = DeviceType.gpu
 
 _CPU = Device(DeviceType.cpu, 0)
 _GPU = Device(DeviceType.gpu, 0)
-_streams: list[Stream] = [Stream(0, _CPU)]
-_default_streams: dict[Device, Stream] = {_CPU: _streams[0]}
+_streams: list[Stream] = []          # every stream made, in index order
+_streams_lock = threading.Lock()     # threads may make streams at once
 
 
 _initial = _CPU  # the default device of new threads (see choose_default_device)
 
 
 class _State(threading.local):
+    """One thread's default device and default streams.
+
+    As in MLX, each thread has a default stream per device of its own, made (with the
+    next free index) the first time the thread asks for it; ``set_default_stream`` and
+    ``with stream(s)`` change only the calling thread's. ``stream`` (the default
+    device's default stream, read by every op through :func:`to_stream`) is None until
+    the thread first asks for it. (No ``__getattr__`` here: on a ``threading.local``
+    subclass it would slow down every attribute read, ~100 ns per op.)
+    """
+
     def __init__(self):
         self.device = _initial
-        self.stream = _default_streams.get(_initial) or _streams[0]
+        self.defaults: dict[Device, Stream] = {}
+        self.stream = None
+
+
+def current_stream() -> Stream:
+    """This thread's current default stream (made the first time the thread asks)."""
+    s = _state.stream
+    if s is None:
+        s = _state.stream = default_stream(_state.device)
+    return s
 
 
 _state = _State()
@@ -88,7 +110,7 @@ def choose_default_device() -> Device:
         d = _GPU if is_available(_GPU) else _CPU
     _initial = d
     _state.device = d
-    _state.stream = default_stream(d)
+    _state.stream = None  # made on first use, on d
     return d
 
 
@@ -105,21 +127,29 @@ def set_default_device(device) -> None:
     _state.stream = default_stream(d)
 
 
-def default_stream(device) -> Stream:
-    """The default stream of ``device``."""
-    d = _as_device(device)
-    s = _default_streams.get(d)
-    if s is None:
+def _make_stream(d: Device) -> Stream:
+    with _streams_lock:
         s = Stream(len(_streams), d)
         _streams.append(s)
-        _default_streams[d] = s
+    return s
+
+
+def default_stream(device) -> Stream:
+    """This thread's default stream of ``device`` (a new stream the first time a
+    thread asks, as in MLX)."""
+    d = _as_device(device)
+    s = _state.defaults.get(d)
+    if s is None:
+        s = _state.defaults[d] = _make_stream(d)
     return s
 
 
 def set_default_stream(s: Stream) -> None:
-    """Make ``s`` the default stream (and its device the default device)."""
+    """Make ``s`` this thread's default stream of its device, and that device the
+    default device. Other threads keep theirs."""
     if not isinstance(s, Stream):
         raise DeviceError(f"Expected a Stream, got {s!r}.")
+    _state.defaults[s.device] = s
     _state.device = s.device
     _state.stream = s
 
@@ -128,9 +158,7 @@ def new_stream(device) -> Stream:
     """A new stream on ``device``."""
     d = _as_device(device)
     _check_available(d)
-    s = Stream(len(_streams), d)
-    _streams.append(s)
-    return s
+    return _make_stream(d)
 
 
 class StreamContext:
@@ -144,18 +172,31 @@ class StreamContext:
     __slots__ = ("target", "_saved")
 
     def __init__(self, s):
-        self.target = None if s is None else to_stream(s)
+        if s is not None and not isinstance(s, (Stream, ThreadLocalStream, Device, DeviceType)):
+            to_stream(s)  # raises the DeviceError that names the accepted kinds
+        self.target = s
         self._saved = None
 
     def __enter__(self):
-        if self.target is not None:
-            self._saved = (_state.device, _state.stream)
-            _state.device, _state.stream = self.target.device, self.target
-        return self.target
+        if self.target is None:
+            return None
+        # As MLX: save this thread's defaults first (making them if new), then resolve
+        # the target (a device means this thread's default stream of it) and make it
+        # the default stream of its device until exit.
+        saved_stream = current_stream()
+        s = to_stream(self.target)
+        self._saved = (_state.device, saved_stream, s.device, _state.defaults.get(s.device))
+        set_default_stream(s)
+        return s
 
     def __exit__(self, *exc):
         if self._saved is not None:
-            _state.device, _state.stream = self._saved
+            device, stream, target_device, target_default = self._saved
+            if target_default is None:
+                _state.defaults.pop(target_device, None)
+            else:
+                _state.defaults[target_device] = target_default
+            _state.device, _state.stream = device, stream
             self._saved = None
         return False
 
@@ -173,7 +214,8 @@ def stream(s) -> StreamContext:
 def to_stream(s) -> Stream:
     """Resolve an op's ``stream=`` argument (None, a Stream, a Device or a DeviceType)."""
     if s is None:
-        return _state.stream
+        st = _state.stream
+        return st if st is not None else current_stream()
     if type(s) is Stream:
         return s
     if isinstance(s, (Device, DeviceType)):
@@ -203,10 +245,14 @@ class ThreadLocalStream:
     given device: each thread that uses it gets a stream of its own (created on first
     use), so work queued from different threads is never ordered against each other."""
 
-    __slots__ = ("device", "_local")
+    __slots__ = ("device", "index", "_local")
+    _count = 0  # MLX numbers thread-local streams on their own counter
 
     def __init__(self, device):
         self.device = _as_device(device)
+        with _streams_lock:
+            self.index = ThreadLocalStream._count
+            ThreadLocalStream._count += 1
         self._local = threading.local()
 
     def stream(self) -> Stream:
@@ -217,7 +263,7 @@ class ThreadLocalStream:
         return s
 
     def __repr__(self) -> str:
-        return f"ThreadLocalStream({self.device!r}, {self.stream().index})"
+        return f"ThreadLocalStream({self.device!r}, {self.index})"
 
 
 def new_thread_local_stream(device) -> ThreadLocalStream:
@@ -239,12 +285,11 @@ def new_thread_unsafe_stream(device) -> Stream:
 def clear_streams() -> None:
     """Destroy all streams created in current thread.
 
-    lazyx's streams hold no threads or queues (kernels run on the calling thread):
-    the work queued on them is waited for, and this thread's default stream goes back
-    to its device's default stream.
+    lazyx's streams hold no threads or queues (kernels run on the calling thread), so
+    this waits for the work queued on them; as in MLX, this thread's default streams
+    stay what they were.
     """
     synchronize()
-    _state.stream = default_stream(_state.device)
 
 
 def device_count(device_type) -> int:

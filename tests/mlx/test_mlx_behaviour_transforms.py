@@ -204,3 +204,208 @@ def _setitem_loss(m):
         b[1:] *= 2
         return (b * b).sum()
     return f
+
+
+# -- thread-local default streams -----------------------------------------------------
+def _index(s) -> int:
+    """A stream's index from its repr (MLX's Stream has no ``index`` attribute)."""
+    return int(repr(s).rstrip(")").rsplit(",", 1)[1])
+
+
+def _in_thread(fn):
+    import threading
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def _thread_streams(m):
+    """Stream indices relative to a stream made first: a new thread makes a default
+    stream of its own; set_default_stream / with stream(s) stay in their thread."""
+    base = _index(m.new_stream(m.cpu))
+    main = m.default_stream(m.cpu)
+    rel = lambda s: _index(s) - base  # noqa: E731
+
+    def worker():
+        first = m.default_stream(m.cpu)
+        again = m.default_stream(m.cpu)
+        s = m.new_stream(m.cpu)
+        m.set_default_stream(s)
+        return [rel(first), rel(again), rel(s), rel(m.default_stream(m.cpu)),
+                repr(first).split(",")[0]]
+
+    got = [_in_thread(worker), m.default_stream(m.cpu) == main]
+    s = m.new_stream(m.cpu)
+    with m.stream(s):
+        got += [rel(m.default_stream(m.cpu)), str(m.default_device()),
+                _in_thread(lambda: m.default_stream(m.cpu) == s)]
+        with m.stream(m.cpu):  # a device means this thread's default stream of it: s
+            got.append(rel(m.default_stream(m.cpu)))
+    got.append(m.default_stream(m.cpu) == main)
+    tl = m.new_thread_local_stream(m.cpu)
+    with m.stream(tl):
+        mine = m.default_stream(m.cpu)
+        got.append(rel(mine))
+
+    def other():
+        with m.stream(tl):
+            return rel(m.default_stream(m.cpu))
+    got += [_in_thread(other), repr(tl).startswith("ThreadLocalStream(Device(cpu, 0), ")]
+    with m.stream(tl):  # the same stream again in this thread
+        got.append(m.default_stream(m.cpu) == mine)
+    # (Not clear_streams: MLX's leaves this thread's default streams unusable.)
+    return got
+
+
+def test_thread_local_default_streams():
+    same(_thread_streams)
+
+
+# -- reshape beyond 32 bits -----------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2**31,), (2**32,), (-1, 2**31), (0, 2**31), (-2**31 - 1,),
+                                   (1, 2**31 - 1), (-2,)])
+def test_reshape_beyond_32_bits(shape):
+    """An OverflowError (lazyx's IntegerRangeError), as MLX's 32-bit shapes. (MLX's
+    ``a.reshape(n)`` with one int beyond 32 bits raises a RuntimeError, std::bad_cast,
+    a quirk of its binding that lazyx does not copy.)"""
+    same(lambda m: m.reshape(m.zeros((2,)), shape))
+    same(lambda m: m.zeros((2,)).reshape(shape))
+
+
+# -- shapeless compile: counts and *_like follow each call's shapes ------------------
+@pytest.mark.parametrize("name, fun", [
+    ("mean", lambda m: lambda x: m.mean(x)),
+    ("mean axis keepdims", lambda m: lambda x: x.mean(axis=1, keepdims=True)),
+    ("mean of ints", lambda m: lambda x: m.mean(x.astype(m.int32), axis=0)),
+    ("mean of float16", lambda m: lambda x: m.mean(x.astype(m.float16), axis=-1)),
+    ("var", lambda m: lambda x: m.var(x, axis=0)),
+    ("std ddof", lambda m: lambda x: m.std(x, ddof=1)),
+    ("var ddof beyond n", lambda m: lambda x: m.var(x, axis=0, ddof=3)),
+    ("zeros_like", lambda m: lambda x: m.zeros_like(x) + x),
+    ("ones_like", lambda m: lambda x: m.ones_like(x) * x),
+    ("full_like", lambda m: lambda x: m.full_like(x, 3.0)),
+    ("full_like int", lambda m: lambda x: m.full_like(x, 2, dtype=m.int32)),
+    ("full_like of an array", lambda m: lambda x: m.full_like(x, m.array([1.0, 2.0, 3.0]))),
+    ("grad of mean", lambda m: lambda x: m.grad(lambda y: m.mean(y * y))(x)),
+    ("grad of sum over an axis", lambda m: lambda x: m.grad(lambda y: (y.sum(0) ** 2).sum())(x)),
+])
+def test_shapeless_counts_and_likes(name, fun):
+    shapes = [(2, 3), (4, 3), (3, 3)] if "array" in name else [(2, 3), (4, 5), (3, 2)]
+    same(_shapeless(fun, *shapes))
+
+
+def test_counts_and_likes_outside_compile():
+    """Eagerly the count is a constant and *_like a fill: the same numbers as MLX,
+    and the empty mean is NaN."""
+    same(lambda m: [m.mean(_arange(m, (3, 4)), axis=(0, 1)), m.mean(m.zeros((0,))),
+                    m.var(_arange(m, (3, 4)), ddof=12), m.zeros_like(_arange(m, (2, 2)))])
+
+
+# -- complex vjps: g * conj(f'(x)) --------------------------------------------------
+def _cplx(m):
+    return m.array([[1 + 2j, 2 - 1j], [0.5 + 0.3j, -1 + 0.2j]], dtype=m.complex64)
+
+
+@pytest.mark.parametrize("name, fun", [
+    ("prod", lambda m: lambda x: m.prod(x)),
+    ("prod axis", lambda m: lambda x: m.prod(x, axis=1)),
+    ("prod keepdims", lambda m: lambda x: m.prod(x * m.array([1 + 1j, 2j]), axis=0, keepdims=True)),
+    ("cumprod", lambda m: lambda x: m.cumprod(x, axis=1)),
+    ("multiply", lambda m: lambda x: x * m.array([3 + 1j, 1 + 1j])),
+    ("sum of products", lambda m: lambda x: m.sum(x * x, axis=0)),
+    ("exp", lambda m: m.exp),
+    ("square", lambda m: m.square),
+    ("divide", lambda m: lambda x: m.divide(1 + 0j, x)),
+    ("matmul", lambda m: lambda x: x @ x),
+    ("sin", lambda m: m.sin),
+    ("log", lambda m: m.log),
+])
+def test_complex_vjps(name, fun):
+    """MLX's vjp of a complex op is ``g * conj(f'(x))``; for prod as for the rest."""
+    def run(m):
+        f = fun(m)
+        x = _cplx(m)
+        out = f(x)
+        g = m.full(out.shape, 1 + 0.5j, dtype=m.complex64)
+        vjp = m.vjp(f, [x], [g])[1]
+        if name == "cumprod":  # MLX has no jvp of cumprod (lazyx has)
+            return vjp
+        return vjp + m.jvp(f, [x], [m.full(x.shape, 0.3 - 0.7j, m.complex64)])[1]
+    same(run, rtol=1e-5)
+
+
+def test_complex_prod_vjp_value():
+    """d prod / d x_i = the product of the others, conjugated: [2+1j, 1-2j] for
+    prod([1+2j, 2-1j]) (NumPy reference)."""
+    import lazyx.core as lx
+    a = np.array([1 + 2j, 2 - 1j, 0.5 - 0.25j])
+    (g,) = lx.vjp(lambda x: lx.prod(x), [lx.array(a.astype(np.complex64))],
+                  [lx.array(1 + 0.5j, dtype=lx.complex64)])[1]
+    others = np.array([a[1] * a[2], a[0] * a[2], a[0] * a[1]])
+    np.testing.assert_allclose(np.array(g), (1 + 0.5j) * np.conj(others), rtol=1e-6)
+
+
+# -- an index input that a transform reaches: ValueError, stop_gradient is the fix ---
+_B = [3.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("name, fun", [
+    ("gather of argsort", lambda m: lambda b: b[m.argsort(b)].sum()),
+    ("gather of argmax", lambda m: lambda b: b[m.argmax(b)]),
+    ("gather of float to int", lambda m: lambda b: b[(b - 1).astype(m.int32)].sum()),
+    ("take", lambda m: lambda b: m.take(b, m.argsort(b)).sum()),
+    ("take_along_axis", lambda m: lambda b: m.take_along_axis(b, m.argsort(b), axis=0).sum()),
+    ("put_along_axis", lambda m: lambda b: (m.put_along_axis(
+        b, m.argsort(b)[:1], m.array([5.0]), axis=0) ** 2).sum()),
+    ("scatter add", lambda m: lambda b: (b.at[m.argsort(b)].add(1.0) ** 2).sum()),
+    ("dynamic slice", lambda m: lambda b: m.slice(b, m.argmin(b)[None].astype(m.int32), (0,),
+                                                  (1,)).sum()),
+    ("dynamic slice update", lambda m: lambda b: m.slice_update(
+        b, b[:1] * 2, m.argmin(b)[None].astype(m.int32), (0,)).sum()),
+    ("a zero cotangent still reaches", lambda m: lambda b: (b[m.argsort(b)] * 0).sum() + b.sum()),
+    ("stop_gradient on the indices", lambda m: lambda b: (
+        b[m.stop_gradient(m.argsort(b))] * m.array([1.0, 2.0, 3.0])).sum()),
+    ("stop_gradient on take_along_axis", lambda m: lambda b: m.take_along_axis(
+        b ** 2, m.stop_gradient(m.argsort(b)), axis=0).sum()),
+    ("sort", lambda m: lambda b: (m.sort(b) * m.array([1.0, 2.0, 3.0])).sum()),
+    ("topk", lambda m: lambda b: m.topk(b, 2).sum()),
+    ("median", lambda m: lambda b: m.median(b)),
+    ("second order of sort", lambda m: lambda a: m.grad(
+        lambda b: (m.sort(b) ** 3 * m.array([1.0, 2.0, 3.0])).sum())(a).sum()),
+    ("second order of cummax", lambda m: lambda a: m.grad(
+        lambda b: (m.cummax(b) ** 2).sum())(a).sum()),
+])
+def test_gradient_reaching_indices(name, fun):
+    same(lambda m: m.grad(fun(m))(m.array(_B)))
+
+
+def test_jvp_reaching_indices():
+    """A tangent given for the index input raises as in MLX (a ValueError)."""
+    same(lambda m: m.jvp(lambda a, i: a[i], [m.array(_B), m.array([0, 1])],
+                         [m.array(_B), m.array([1, 1])]))
+    same(lambda m: m.jvp(lambda a, i: m.take_along_axis(a, i, 0), [m.array(_B), m.array([0, 1])],
+                         [m.array(_B), m.array([1, 1])]))
+
+
+# -- jvp: a tangent keeps its dtype --------------------------------------------------
+@pytest.mark.parametrize("name, fun, primal, tangent", [
+    ("int primal, float tangent", lambda m: lambda x: x * 2, ("int32", [1, 2]), ("float32", [0.5, 1.5])),
+    ("int primal squared", lambda m: lambda x: x * x, ("int32", [1, 2]), ("float32", [0.5, 1.5])),
+    ("exp of int", lambda m: m.exp, ("int32", [1, 2]), ("float32", [0.5, 1.5])),
+    ("float16 primal, float32 tangent", lambda m: m.sin, ("float16", [1, 2]), ("float32", [0.5, 1.5])),
+    ("identity", lambda m: lambda x: x, ("float16", [1, 2]), ("float32", [0.5, 1.5])),
+    ("sum", lambda m: lambda x: x.sum(), ("float16", [1, 2]), ("float32", [0.5, 1.5])),
+    ("matmul", lambda m: lambda x: x[:, None] @ x[None], ("float16", [1, 2]), ("float32", [0.5, 1.5])),
+    ("float32 primal, float16 tangent", lambda m: m.sin, ("float32", [1, 2]), ("float16", [0.5, 1.5])),
+    ("float32 primal, int tangent", lambda m: lambda x: x * 3, ("float32", [1, 2]), ("int32", [1, 2])),
+    ("bfloat16 tangent", lambda m: lambda x: x + 1, ("float32", [1, 2]), ("bfloat16", [0.5, 1.5])),
+    ("complex tangent", lambda m: lambda x: x * 2, ("float32", [1, 2]), ("complex64", [0.5j, 1.5])),
+])
+def test_jvp_tangent_dtypes(name, fun, primal, tangent):
+    def run(m):
+        p = m.array(primal[1], dtype=getattr(m, primal[0]))
+        t = m.array(tangent[1], dtype=getattr(m, tangent[0]))
+        return m.jvp(fun(m), [p], [t])
+    same(run, rtol=2e-3)

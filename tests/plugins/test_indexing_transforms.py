@@ -213,13 +213,26 @@ def test_gather_gradient_accumulates_repeats():
     assert g.tolist() == [[0, 3, 0], [0, 3, 0]]
 
 
-def test_index_arrays_get_no_gradient():
+def test_differentiating_index_arrays_raises_unless_stopped():
+    # MLX raises (a ValueError) rather than give integer indices zeros, even for
+    # indices computed from the differentiated values; stop_gradient is the fix.
     x = to_lazyx(_x(4, 3))
-    for f in (lambda a, i: mx.sum(a[i]),
-              lambda a, i: mx.sum(mx.take_along_axis(a[:3], i[:, None], 1)),
-              lambda a, i: mx.sum(a.at[i].add(1.0) ** 2)):
-        _, gi = mx.grad(f, argnums=(0, 1))(x, mx.array([0, 2, 1]))
-        assert gi.tolist() == [0, 0, 0]
+    fs = (lambda a, i: mx.sum(a[i]),
+          lambda a, i: mx.sum(mx.take_along_axis(a[:3], i[:, None], 1)),
+          lambda a, i: mx.sum(a.at[i].add(1.0) ** 2),
+          lambda a, i: mx.sum(mx.put_along_axis(a[:3], i[:, None], 2.0, 1) ** 2))
+    for f in fs:
+        with pytest.raises(ValueError, match="stop_gradient"):
+            mx.grad(f, argnums=(0, 1))(x, mx.array([0, 2, 1]))
+        g = mx.grad(lambda a, i: f(a, mx.stop_gradient(i)), argnums=(0, 1))(x, mx.array([0, 2, 1]))
+        assert g[1].tolist() == [0, 0, 0]
+    v = mx.array([3.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="stop_gradient"):
+        mx.grad(lambda b: mx.sum(b[mx.argsort(b)] * mx.array([1.0, 2.0, 3.0])))(v)
+    with pytest.raises(ValueError, match="stop_gradient"):
+        mx.jvp(lambda a, i: a[i], [v, mx.array([0, 1])], [v, mx.array([1, 1])])
+    g = mx.grad(lambda b: mx.sum(b[mx.stop_gradient(mx.argsort(b))] * mx.array([1.0, 2.0, 3.0])))(v)
+    assert g.tolist() == [3.0, 1.0, 2.0]
 
 
 # -- __setitem__ under transforms ----------------------------------------------------------
@@ -323,7 +336,8 @@ def test_rules_on_primitives_directly():
     y = x[ROWS]
     (g,) = y._prim.vjp([x, ROWS], [mx.ones((3, 3))], [0], [y])
     assert g.tolist() == [[2] * 3, [0] * 3, [1] * 3, [0] * 3]
-    assert y._prim.vjp([x, ROWS], [mx.ones((3, 3))], [1], [y]) == [None]
+    with pytest.raises(ValueError, match="stop_gradient"):
+        y._prim.vjp([x, ROWS], [mx.ones((3, 3))], [1], [y])
     (out,), (ax,) = y._prim.vmap([mx.zeros((5, 4, 3)), ROWS], [0, None])
     assert out.shape == (5, 3, 3) and ax == 0
     s = x[1:3]

@@ -216,10 +216,17 @@ def test_batched_starts_out_of_range_raise():
         g(mx.zeros((4, 3)), mx.array([[1], [3]])).tolist()
 
 
-def test_slice_start_gets_no_gradient():
+def test_slice_start_refuses_gradient_unless_stopped():
+    # MLX raises a ValueError for a differentiated start index; stop_gradient is the fix.
     x = to_lazyx(_x(4, 3))
-    gx, gs = mx.grad(lambda a, s: mx.sum(mx.slice(a, s, (0,), (2, 3))), argnums=(0, 1))(
-        x, mx.array([1]))
+    with pytest.raises(ValueError, match="stop_gradient"):
+        mx.grad(lambda a, s: mx.sum(mx.slice(a, s, (0,), (2, 3))), argnums=(0, 1))(
+            x, mx.array([1]))
+    with pytest.raises(ValueError, match="stop_gradient"):
+        mx.grad(lambda a, s: mx.sum(mx.slice_update(a, a[:1] * 2, s, (0,))), argnums=(0, 1))(
+            x, mx.array([1]))
+    gx, gs = mx.grad(lambda a, s: mx.sum(mx.slice(a, mx.stop_gradient(s), (0,), (2, 3))),
+                     argnums=(0, 1))(x, mx.array([1]))
     assert gx.tolist() == [[0] * 3, [1] * 3, [1] * 3, [0] * 3]
     assert gs.tolist() == [0]
 

@@ -99,13 +99,19 @@ def test_lazy_primals_stay_usable():
     assert_close(x, np.sin(XS), mx.float32)
 
 
-def test_cotangent_and_tangent_dtypes_follow_outputs_and_primals():
+def test_cotangents_take_input_dtypes_and_tangents_keep_their_own():
     x = x_()
     _, (v,) = mx.vjp(lambda a: t_sin(a), [x], [mx.ones((4,), dtype=mx.float16)])
     assert v.dtype == mx.float32
-    _, (t,) = mx.jvp(lambda a: t_sin(a), [x], [mx.ones((4,), dtype=mx.int32)])
+    # A tangent keeps the dtype its rules give (MLX): no cast to the primal's dtype.
+    _, (t,) = mx.jvp(mx.sin, [x], [mx.ones((4,), dtype=mx.int32)])
     assert t.dtype == mx.float32
     assert_close(t, np.cos(XS), mx.float32)
+    _, (t,) = mx.jvp(lambda a: a * 3, [mx.array([1, 2])], [mx.array([0.5, 1.5])])
+    assert t.dtype == mx.float32 and t.tolist() == [1.5, 4.5]
+    _, (t,) = mx.jvp(mx.sin, [mx.array([1.0, 2.0], mx.float16)], [mx.array([0.5, 1.5])])
+    assert t.dtype == mx.float32
+    np.testing.assert_allclose(np.array(t), np.cos([1.0, 2.0]) * [0.5, 1.5], rtol=2e-3)
 
 
 def test_integer_inputs_are_differentiated_as_mlx():

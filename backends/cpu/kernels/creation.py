@@ -18,6 +18,13 @@ def _full(p, ins):
     return np.broadcast_to(v, p.shape).copy()
 
 
+def _full_like(p, ins):
+    a, v = ins
+    if v.shape == a.shape:
+        return v
+    return np.broadcast_to(v, a.shape).copy()
+
+
 def _arange(p, ins):
     n = p.output_shapes(())[0][0]
     d = p.dtype
@@ -47,6 +54,7 @@ def _window(p, ins):
 KERNELS = {
     cr.Fill: _fill,
     cr.Full: _full,
+    cr.FullLike: _full_like,
     cr.Arange: _arange,
     cr.Linspace: _linspace,
     cr.Eye: lambda p, ins: np.eye(p.n, p.m, p.k, dtype=p.dtype.np),

@@ -49,6 +49,17 @@ def _arg_reduce(p, ins):
     return np.asarray(_ARG[p.op](ins[0], axis=p.axis, keepdims=p.keepdims)).astype(_uint32)
 
 
+# -- NumberOfElements ------------------------------------------------------------
+def _number_of_elements(p, ins):
+    shape = ins[0].shape
+    n = 1
+    for i in p.axes:
+        n *= shape[i]
+    if p.inverted:
+        return np.array(1.0 / n if n else np.inf, p.dtype.np)
+    return np.array(n, p.dtype.np)
+
+
 # -- LogSumExp, Median -----------------------------------------------------------
 def _finite_max(x, axes):
     """The max (of the real part) over ``axes``, kept as size-1 dims; non-finite maxima become 0
@@ -159,6 +170,7 @@ KERNELS = {
     rd.Reduce: _reduce,
     rd.ArgReduce: _arg_reduce,
     rd.LogSumExp: _logsumexp,
+    rd.NumberOfElements: _number_of_elements,
     rd.Median: _median,
     rd.Scan: scan_kernel(_SCANS),
 }

@@ -177,8 +177,10 @@ def graph_order(outputs, stop: int, active: set | None = None):
                     for s in sib:
                         add(id(s))
                 emit(a)
-                if tracking:
-                    # Inputs come first in the order, so theirs are already known.
+                # Inputs come first in the order, so theirs are already known. A
+                # stop_gradient output depends on nothing (MLX): indices behind one do not
+                # count as differentiated (Gather and co. raise for those that do).
+                if tracking and not getattr(a._prim, "cuts_dependence", False):
                     for x in a._inputs:
                         if id(x) in active:
                             live.append(a)
@@ -202,15 +204,17 @@ def _no_gradient(outs, ins, argnums) -> bool:
     return False
 
 
-def _checked(prim, rule: str, g, like: array, what: str, i: int) -> array:
-    """``g`` as a cotangent/tangent for ``like``: a shape check and a cast to its dtype."""
+def _checked(prim, rule: str, g, like: array, what: str, i: int, cast: bool = True) -> array:
+    """``g`` as a cotangent/tangent for ``like``: a shape check and (``cast``) a cast to
+    its dtype. Tangents keep the dtype their rule gives, as in MLX (an int primal with a
+    float tangent has float tangents downstream); cotangents take their input's."""
     if type(g) is not _array and not isinstance(g, _array):
         raise TransformError(f"[{prim.name}.{rule}] returned {describe(g)} for {what} {i}; "
                              f"expected an array or None.")
     if g._shape != like._shape:
         raise TransformError(f"[{prim.name}.{rule}] returned shape {g._shape} for {what} {i}, "
                              f"which has shape {like._shape}.")
-    if g._dtype is not like._dtype:
+    if cast and g._dtype is not like._dtype:
         g = ops.astype(g, like._dtype)
     return g
 
@@ -318,8 +322,8 @@ def forward(outputs: list, wrappers: list, tangents: list, stop: int):
                                  f"with {len(outs)} outputs; expected one per output.")
         for j, (o, t) in enumerate(zip(outs, res)):
             if t is not None:
-                if type(t) is not _array or t._dtype is not o._dtype or t._shape != o._shape:
-                    t = _checked(prim, "jvp", t, o, "output", j)
+                if type(t) is not _array or t._shape != o._shape:
+                    t = _checked(prim, "jvp", t, o, "output", j, cast=False)
                 tan[id(o)] = t
     return [tan.get(id(o)) for o in outputs], order
 
@@ -415,15 +419,15 @@ def vjp(fun, primals, cotangents):
     return outs, grads
 
 
-def _matching(values, refs, op: str, ref_name: str, value_name: str) -> list:
+def _matching(values, refs, op: str, ref_name: str, value_name: str, cast: bool = True) -> list:
     """``values`` (cotangents or tangents), each checked to have its reference's shape
-    and cast to its dtype."""
+    and (``cast``: cotangents; MLX keeps a tangent's dtype) cast to its dtype."""
     out = []
     for i, (r, v) in enumerate(zip(refs, values)):
         if v._shape != r._shape:
             raise ShapeError(f"[{op}] {ref_name} {i} has shape {r._shape} but its {value_name} "
                              f"has shape {v._shape}.")
-        out.append(v if v._dtype is r._dtype else ops.astype(v, r._dtype))
+        out.append(v if not cast or v._dtype is r._dtype else ops.astype(v, r._dtype))
     return out
 
 
@@ -447,7 +451,7 @@ def jvp(fun, primals, tangents):
     if len(tangents) != len(primals):
         raise ArgumentError(f"[jvp] {len(primals)} primal(s) but {len(tangents)} tangent(s) "
                             f"were given.")
-    tans = _matching(tangents, primals, "jvp", "Primal", "tangent")
+    tans = _matching(tangents, primals, "jvp", "Primal", "tangent", cast=False)
     wrappers, stop = wrap_primals(primals)
     handles = [w._prim for w in wrappers]
     with _retain:

@@ -66,6 +66,7 @@ import os
 import numpy as np
 
 from ..device import _state as _device_state
+from ..device import current_stream
 from .. import backend as _backend
 from .. import dtypes as _dt
 from .. import scheduler as _scheduler
@@ -782,7 +783,7 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
         if simple and not kwargs:
             # The common call, positional arrays only: a flat key, no tree walk. The
             # default stream is part of it: a trace records the device it ran on.
-            key = [_device_state.stream]
+            key = [_device_state.stream or current_stream()]
             for a in args:
                 if type(a) is not _array:
                     break
@@ -807,11 +808,11 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
         if state_in is not None:
             state, state_def = flatten(state_in)
             state = [x for x in state if isinstance(x, _array)]
-            key = (_device_state.stream, treedef, sig, state_def,
+            key = (_device_state.stream or current_stream(), treedef, sig, state_def,
                    _signature(state, shapeless, "inputs"))
         else:
             state = ()
-            key = (_device_state.stream, treedef, sig)
+            key = (_device_state.stream or current_stream(), treedef, sig)
         entry = entries.get(key)
         if entry is None:
             entry = trace(leaves, treedef, bool(kwargs), key)
