@@ -151,4 +151,7 @@ def kernels(native) -> dict:
     reduce = _primitive("reductions", "Reduce")
     if reduce is not None and reduce in reference:
         table[reduce] = _sum_kernel(native.sum_float32, reference[reduce])
+    from . import native_packs  # the op packs' native kernels: with the table, on first use
+    for pack in native_packs.PACKS:
+        table.update(pack.kernels(native, reference))
     return table

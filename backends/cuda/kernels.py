@@ -584,3 +584,6 @@ from . import fft as _fft  # noqa: E402 - each op pack's CuPy kernels live in it
 KERNELS.update(_fft.KERNELS)
 from . import linalg as _linalg  # noqa: E402
 KERNELS.update(_linalg.KERNELS)
+from . import conv as _conv, fast as _fast, matmuls as _matmuls, quantized as _quantized  # noqa: E402
+for _pack in (_conv, _fast, _matmuls, _quantized):
+    KERNELS.update(_pack.KERNELS)

@@ -6,9 +6,11 @@ are the whole ``cpu-reference`` backend; the ``cpu`` backend starts from them
 and replaces some with native kernels.
 """
 
-from . import creation, elementwise, fft, indexing, linalg, products, random, reductions, shapes, sorting
+from . import (conv, creation, elementwise, fast, fft, indexing, linalg, matmuls, products, quantized, random,
+               reductions, shapes, sorting)
 
-_MODULES = (creation, elementwise, fft, indexing, linalg, products, random, reductions, shapes, sorting)
+_MODULES = (conv, creation, elementwise, fast, fft, indexing, linalg, matmuls, products, quantized, random,
+            reductions, shapes, sorting)
 
 
 def numpy_kernels() -> dict:

@@ -15,6 +15,7 @@
 #include "allocator.h"
 #include "buffer.h"
 #include "kernels.h"
+#include "packs.h"
 #include "parallel.h"
 
 namespace nb = nanobind;
@@ -200,4 +201,10 @@ NB_MODULE(_native, m) {
       },
       "x"_a.noconvert(), "out"_a.noconvert(), "n"_a,
       "Sum of each row of n contiguous float32 elements of x, written to out.");
+
+  // -- the op packs' kernels (packs.h) ----------------------------------------
+  lazyx::bind_conv(m);
+  lazyx::bind_fast(m);
+  lazyx::bind_quantized(m);
+  lazyx::bind_matmuls(m);
 }

@@ -1,0 +1,3 @@
+"""NumPy kernels of the ``quantized`` op pack (the cpu-reference backend)."""
+
+KERNELS: dict = {}

@@ -1,0 +1,3 @@
+"""CUDA kernels of the ``conv`` op pack."""
+
+KERNELS: dict = {}

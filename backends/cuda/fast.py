@@ -1,0 +1,3 @@
+"""CUDA kernels of the ``fast`` op pack."""
+
+KERNELS: dict = {}

@@ -1,0 +1,3 @@
+"""CUDA kernels of the ``matmuls`` op pack."""
+
+KERNELS: dict = {}

@@ -1,0 +1,3 @@
+"""CUDA kernels of the ``quantized`` op pack."""
+
+KERNELS: dict = {}
