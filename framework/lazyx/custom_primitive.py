@@ -374,7 +374,7 @@ class PrimitiveOp:
             raise ArgumentError(f"{self.__name__} has no array inputs: give it a dtype rule.")
         prim = self.primitive(to_stream(stream), **kw)
         if type(shapes) is tuple:
-            if type(d) is not _Dtype:
+            if not isinstance(d, _Dtype):
                 d = _dt.to_dtype(d)
             prim._dtypes = d
             return lazy(shapes, d, prim, ins)

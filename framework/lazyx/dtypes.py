@@ -79,12 +79,6 @@ class Dtype:
         self.kind = kind
         self.index = index
 
-    # Called only for a slot that is still unset: ``bfloat16.np`` before its first use.
-    def __getattr__(self, attr):
-        if attr == "np" and self.name == "bfloat16":
-            return _load_bfloat16()
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-
     def __repr__(self) -> str:
         return f"lazyx.core.{self.name}"
 
@@ -96,11 +90,26 @@ class Dtype:
         return self.size
 
 
+class _DeferredDtype(Dtype):
+    """``bfloat16`` until its NumPy dtype (ml_dtypes, a measurable import) is first
+    needed: the unset ``np`` slot falls through to ``__getattr__``, which loads it and
+    turns the instance into a plain :class:`Dtype`. The hook lives on this subclass
+    only, since a ``__getattr__`` on ``Dtype`` itself would slow every dtype attribute
+    read (the scheduler reads ``dtype.np`` once per node)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, attr):
+        if attr == "np":
+            return _load_bfloat16()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+
+
 _ALL: list[Dtype] = []
 
 
 def _make(name, np_dtype, category, kind, size=None):
-    d = Dtype(name, np_dtype, category, kind, len(_ALL), size)
+    d = (Dtype if np_dtype is not None else _DeferredDtype)(name, np_dtype, category, kind, len(_ALL), size)
     _ALL.append(d)
     return d
 
@@ -158,6 +167,7 @@ def _load_bfloat16() -> np.dtype:
     ``bfloat16`` its NumPy dtype."""
     import ml_dtypes
     dt = bfloat16.np = np.dtype(ml_dtypes.bfloat16)
+    bfloat16.__class__ = Dtype  # loaded: no more hook (same layout, so allowed)
     _BY_NUMPY[dt] = bfloat16
     return dt
 
@@ -236,7 +246,7 @@ def from_numpy(np_dtype) -> Dtype:
 
 def to_dtype(value) -> Dtype:
     """Accept a :class:`Dtype`, a dtype name or a NumPy dtype; return the Dtype."""
-    if type(value) is Dtype:
+    if isinstance(value, Dtype):
         return value
     if isinstance(value, str):
         d = _BY_NAME.get(value)
@@ -262,11 +272,11 @@ def issubdtype(a, b) -> bool:
         a = to_dtype(a)
     if type(b) is not DtypeCategory:
         b = to_dtype(b)
-    if type(a) is Dtype and type(b) is Dtype:
+    if isinstance(a, Dtype) and isinstance(b, Dtype):
         return a is b
-    if type(b) is Dtype:
+    if isinstance(b, Dtype):
         return False
-    cat = a.category if type(a) is Dtype else a
+    cat = a.category if isinstance(a, Dtype) else a
     return cat.is_within(b)
 
 
@@ -281,7 +291,7 @@ def result_type(*arrays_or_dtypes) -> Dtype:
     if not arrays_or_dtypes:
         raise DtypeError("[result_type] At least one array or dtype is required.")
     for x in arrays_or_dtypes:
-        if type(x) is not Dtype and not _is_array(x):
+        if not isinstance(x, Dtype) and not _is_array(x):
             raise DtypeError(f"[result_type] Inputs must be arrays or dtypes, got "
                              f"{type(x).__name__}.")
     return _result_type(*arrays_or_dtypes)
@@ -289,7 +299,7 @@ def result_type(*arrays_or_dtypes) -> Dtype:
 
 def _is_array(x) -> bool:
     # An array is anything whose ``dtype`` is a lazyx Dtype (this module sits below array.py).
-    return type(x) is not Dtype and type(getattr(x, "dtype", None)) is Dtype
+    return not isinstance(x, Dtype) and isinstance(getattr(x, "dtype", None), Dtype)
 
 
 def _result_type(*args) -> Dtype:
@@ -298,7 +308,7 @@ def _result_type(*args) -> Dtype:
     strong = None
     weak = []
     for x in args:
-        if type(x) is Dtype:
+        if isinstance(x, Dtype):
             d = x
         elif hasattr(x, "dtype") and not isinstance(x, np.generic):
             d = to_dtype(x.dtype)
@@ -420,10 +430,10 @@ def isdtype(dtype: Dtype, kind) -> bool:
         >>> isdtype(bfloat16, "real floating")
         True
     """
-    if type(dtype) is not Dtype:
+    if not isinstance(dtype, Dtype):
         raise DtypeError(f"[isdtype] dtype must be a Dtype, got {dtype!r}.")
     for k in kind if isinstance(kind, tuple) else (kind,):
-        if type(k) is Dtype:
+        if isinstance(k, Dtype):
             if k is dtype:
                 return True
         elif isinstance(k, str):

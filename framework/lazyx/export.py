@@ -127,7 +127,7 @@ def encode_value(v, path: str = ""):
         return [encode_value(x, f"{path}[{i}]") for i, x in enumerate(v)]
     if t is tuple:
         return {"$": "tuple", "items": [encode_value(x, f"{path}[{i}]") for i, x in enumerate(v)]}
-    if t is _dt.Dtype:
+    if isinstance(v, _dt.Dtype):
         return {"$": "dtype", "name": v.name}
     if t is complex:
         return {"$": "complex", "real": encode_value(v.real), "imag": encode_value(v.imag)}
