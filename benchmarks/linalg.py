@@ -1,12 +1,13 @@
 """linalg: inv, svd, qr, cholesky and solve on one 512x512 float32 matrix and on a batch
 of 64 64x64 matrices, side by side with NumPy/SciPy, PyTorch and MLX.
 
-lazyx's CPU kernels are ``numpy.linalg``'s (LAPACK through the BLAS NumPy links, with
-its threads; see ``backends/cpu/kernels/linalg.py``), so the NumPy column is the same
-LAPACK call without lazyx's graph around it; SciPy runs ``scipy.linalg`` on the 2-D
+lazyx's CPU kernels call SciPy's LAPACK wrappers on memory they own (see
+``backends/cpu/kernels/linalg.py``); NumPy runs ``numpy.linalg``'s batched gufuncs
+(LAPACK through the BLAS NumPy links); SciPy runs ``scipy.linalg`` on the 2-D
 case; PyTorch and MLX (``stream=cpu``) their own CPU LAPACK. Every column returns what
-lazyx returns (``svd``: full U, S, Vt; ``qr``: reduced). Prints median milliseconds and
-lazyx's time over each peer's (target: at most 1.2x the fastest peer).
+lazyx returns (``svd``: full U, S, Vt; ``qr``: reduced). Prints the fastest of the
+interleaved repeats in milliseconds (the machine may be shared) and lazyx's time over
+each peer's (target: at most 1.2x the fastest peer).
 Run: ``python -m benchmarks.linalg [--quick]``.
 """
 
@@ -21,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from benchmarks.peers import load  # noqa: E402
-from benchmarks.timing import compare, machine_load  # noqa: E402
+from benchmarks.timing import compare, machine_load, side_by_side  # noqa: E402
 
 SHAPES = {"512x512": (512, 512), "64 x 64x64": (64, 64, 64)}
 OPS = ("inv", "svd", "qr", "cholesky", "solve")
@@ -111,14 +112,8 @@ def main(argv=None) -> None:
         for op in args.ops.split(","):
             check(peers, op, shape)
             t = compare(callables(peers, op, shape), budget_s=0.6 if args.quick else 3.0,
-                        rounds=4, warmup=2)
-            cells = "  ".join(f"{col} {sec * 1e3:8.2f} ms" for col, sec in t.items())
-            ratios = "  ".join(f"lazyx/{col} {t['lazyx'] / sec:5.2f}x"
-                               for col, sec in t.items() if col != "lazyx")
-            best = min(sec for col, sec in t.items() if col != "lazyx")
-            title = f"{op} {label}"
-            print(f"{title:22} {cells}\n{'':22} {ratios}  (lazyx / fastest peer "
-                  f"{t['lazyx'] / best:4.2f}x)", flush=True)
+                        rounds=4, warmup=2, statistic=min)
+            print(side_by_side(f"{op} {label}", t, 22), flush=True)
 
 
 if __name__ == "__main__":

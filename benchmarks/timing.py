@@ -1,4 +1,5 @@
-"""Timing: medians of repeats after warm-ups, interleaved across the frameworks compared."""
+"""Timing: medians (or minima) of repeats after warm-ups, interleaved across the frameworks
+compared, and the two-line table row that prints them with lazyx's ratios."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def samples(fn, *, budget_s: float, min_repeats: int = 1, max_repeats: int = 200
 
 
 def compare(fns: dict, *, budget_s: float, rounds: int = 8, warmup: int = 2,
-            gap_s: float = 0.02) -> dict:
+            gap_s: float = 0.02, statistic=statistics.median) -> dict:
     """{name: median seconds} for zero-argument callables measured side by side.
 
     Each callable is warmed up, then the callables take turns for ``rounds``
@@ -29,7 +30,9 @@ def compare(fns: dict, *, budget_s: float, rounds: int = 8, warmup: int = 2,
     disturbance (another process, a core waking up) over every column; the
     order rotates each round and each turn starts after ``gap_s`` of idleness,
     so that no column always runs while the previous one's thread pool (OpenMP,
-    OpenBLAS, XLA) is still spinning on the other core.
+    OpenBLAS, XLA) is still spinning on the other core. ``statistic=min`` reports
+    the fastest sample instead: on a machine shared with other work, the time a
+    kernel takes when nothing disturbs it.
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -40,7 +43,20 @@ def compare(fns: dict, *, budget_s: float, rounds: int = 8, warmup: int = 2,
         for name in names[r % len(names):] + names[:r % len(names)]:
             time.sleep(gap_s)
             got[name] += samples(fns[name], budget_s=budget_s / rounds)
-    return {name: statistics.median(ts) for name, ts in got.items()}
+    return {name: statistic(ts) for name, ts in got.items()}
+
+
+def side_by_side(title: str, times: dict, width: int = 26) -> str:
+    """Two lines of a benchmark table: ``title`` and each column's milliseconds, then
+    lazyx's time over each peer's and over the fastest peer's (``times`` is what
+    :func:`compare` returns, with a ``"lazyx"`` column)."""
+    ours = times["lazyx"]
+    cells = "  ".join(f"{col} {sec * 1e3:8.2f} ms" for col, sec in times.items())
+    ratios = "  ".join(f"lazyx/{col} {ours / sec:5.2f}x"
+                       for col, sec in times.items() if col != "lazyx")
+    best = min(sec for col, sec in times.items() if col != "lazyx")
+    return (f"{title:{width}} {cells}\n{'':{width}} {ratios}  "
+            f"(lazyx / fastest peer {ours / best:4.2f}x)")
 
 
 def median_time(fn, *, budget_s: float = 0.4, warmup: int = 2) -> float:

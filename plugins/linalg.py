@@ -704,13 +704,20 @@ class Pinv(_Factorization):
         sh = inputs[0].shape
         return [sh[:-2] + (sh[-1], sh[-2])]
 
+    @staticmethod
+    def _complements(a, p, s):
+        """``I - A P`` and ``I - P A``: the projectors onto the complements of the ranges
+        of ``A`` and of ``A^T``."""
+        q = mx.subtract(mx.eye(a._shape[-2], dtype=a._dtype, stream=s), _mm(a, p, s), stream=s)
+        r = mx.subtract(mx.eye(a._shape[-1], dtype=a._dtype, stream=s), _mm(p, a, s), stream=s)
+        return q, r
+
     # Golub and Pereyra: dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P.
     def jvp(self, primals, tangents, argnums):
         s = self.stream
         a, d = primals[0], tangents[0]
         p = self.again([a])[0]
-        q = mx.subtract(mx.eye(a._shape[-2], dtype=a._dtype, stream=s), _mm(a, p, s), stream=s)
-        r = mx.subtract(mx.eye(a._shape[-1], dtype=a._dtype, stream=s), _mm(p, a, s), stream=s)
+        q, r = self._complements(a, p, s)
         pt, dt_ = _T(p, s), _T(d, s)
         out = mx.negative(_mm(_mm(p, d, s), p, s), stream=s)
         out = mx.add(out, _mm(_mm(_mm(p, pt, s), dt_, s), q, s), stream=s)
@@ -719,8 +726,7 @@ class Pinv(_Factorization):
     def vjp(self, primals, cotangents, argnums, outputs):
         s = self.stream
         a, p, g = primals[0], outputs[0], cotangents[0]
-        q = mx.subtract(mx.eye(a._shape[-2], dtype=a._dtype, stream=s), _mm(a, p, s), stream=s)
-        r = mx.subtract(mx.eye(a._shape[-1], dtype=a._dtype, stream=s), _mm(p, a, s), stream=s)
+        q, r = self._complements(a, p, s)
         pt, gt = _T(p, s), _T(g, s)
         out = mx.negative(_mm(_mm(pt, g, s), pt, s), stream=s)
         out = mx.add(out, _mm(_mm(_mm(q, gt, s), p, s), pt, s), stream=s)

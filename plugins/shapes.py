@@ -1528,7 +1528,7 @@ def pad(a, pad_width, mode: str = "constant", constant_values=0, *, stream=None)
     return out
 
 
-def roll(a, shift, axis=None, /, *, stream=None) -> array:
+def roll(a, shift, axis=None, *, stream=None) -> array:
     """Roll array elements along the given axes: an element shifted past the end comes
     back at the start.
 

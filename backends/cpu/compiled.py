@@ -9,7 +9,11 @@ ctypes. Per call:
 * when every other input has the loop's shape and is C-contiguous, the
   contiguous entry runs (one flat loop); otherwise the strided entry runs on
   the layout with size-1 dimensions dropped and contiguous dimensions merged;
-* large loops are split over the backend's threads (see :data:`PARALLEL_WORK`).
+* large loops are split over the backend's threads (see :data:`PARALLEL_WORK`);
+* the output is written into a donated input (``donors``, given by the compiled
+  plan, see ``lazyx.transforms.compile``) of the loop's shape and the output's
+  dtype, C-contiguous, when there is one: each element is read before its own
+  slot is written, so a single-output loop may overwrite its input in place.
 
 What the kernel cannot cover (no compiler, more dimensions than the strided
 path takes after merging, odd strides) runs the reference evaluation of
@@ -218,8 +222,12 @@ def _layout(p: _Plan, inputs):
         np.asarray(dims + [v for s in strides for v in s], dtype=np.int64).tobytes(), len(dims)))
 
 
-def compiled_kernel(prim, inputs):
-    """Run a ``Compiled`` node's program natively (see the module docstring)."""
+def compiled_kernel(prim, inputs, donors=()):
+    """Run a ``Compiled`` node's program natively (see the module docstring).
+
+    ``donors``: positions of inputs whose buffers nothing else reads any more; the
+    output may be written into one of them instead of a new buffer.
+    """
     program = prim.program
     for x in inputs:
         if type(x) is not _ndarray:
@@ -238,7 +246,8 @@ def compiled_kernel(prim, inputs):
         p = None
     if p is None:
         return interpret(program, inputs, prim.stream)
-    outs = [_empty(p.shape, d) for d in p.dtypes]
+    out = _donated(inputs, donors, p) if donors else None
+    outs = [_empty(p.shape, d) for d in p.dtypes] if out is None else [out]
     n = p.size
     if n:
         threads = _threads() if p.parallel else 1
@@ -254,6 +263,23 @@ def compiled_kernel(prim, inputs):
             raise KernelOutputError(f"The fused kernel of {prim!r} failed (code {rc}); its "
                                     f"outputs were discarded.")
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+compiled_kernel.donates = True  # the compiled plan may pass donors
+
+
+def _donated(inputs, donors, p):
+    """The first donated input that can hold the (single) output, or None."""
+    if len(p.dtypes) != 1:
+        return None
+    d = p.dtypes[0]
+    for j in donors:
+        b = inputs[j]
+        if type(b) is _ndarray and b.shape == p.shape and b.dtype == d and b.base is None:
+            flags = b.flags
+            if flags.c_contiguous and flags.writeable:
+                return b
+    return None
 
 
 class _Unplanned:

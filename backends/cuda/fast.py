@@ -1,3 +1,422 @@
-"""CUDA kernels of the ``fast`` op pack."""
+"""CUDA kernels of the ``fast`` op pack.
 
-KERNELS: dict = {}
+* ``rms_norm`` / ``layer_norm``: one thread block per row (as ``rowwise.py``): a
+  block-wide sum (and sum of squares about the mean), then the outputs; the row is
+  read from memory once and re-read from cache. The fused backward kernels do the
+  same for the input's cotangent and leave the weight's and bias's per-row terms to a
+  column sum.
+* ``rope``: one thread per rotated pair, angles in float32 as the CPU kernels.
+* ``scaled_dot_product_attention``: flash style, online softmax: one warp per query
+  row walks the keys it sees, keeping a running maximum, denominator and output
+  accumulator in registers; the score matrix is never materialised. float16/bfloat16
+  with head dimension 64 or 128 and no mask or ``"causal"`` take the tensor-core
+  kernel of :mod:`.flash_attention` first.
+* ``cross_entropy``: one block per row (max, sum of exp, the target's logit).
+
+float16 and bfloat16 compute in float32; float64 runs the NumPy kernels on CuPy
+arrays (``lazyx.backends.cpu.kernels.fast``). Written from CUDA's and CuPy's
+documentation; the GPU test run covers them.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+
+from lazyx.backends.cpu.kernels import fast as ref
+from lazyx.plugins import fast
+
+from .flash_attention import flash_attention
+from .runtime import CudaKernel
+
+_SOURCE = r"""
+// NVRTC has no <math.h>: the float infinity by its bits.
+#define LAZYX_INF __int_as_float(0x7f800000)
+struct F32 {
+  typedef float S;
+  static __device__ float load(S v) { return v; }
+  static __device__ S store(float v) { return v; }
+};
+struct F16 {
+  typedef unsigned short S;
+  static __device__ float load(S v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+  static __device__ S store(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+};
+struct BF16 {
+  typedef unsigned short S;
+  static __device__ float load(S v) { return __uint_as_float(((unsigned int)v) << 16); }
+  static __device__ S store(float v) {
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+  }
+};
+
+#define MASKED (-3.4028234663852886e+38f)
+
+// Block-wide sum or max; every thread gets the result. `sh` holds 33 floats.
+template <bool MAX>
+__device__ float block_reduce(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? fmaxf(v, w) : v + w;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nw = (blockDim.x + 31) >> 5;
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < nw ? sh[lane] : (MAX ? sh[0] : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      float u = __shfl_xor_sync(0xffffffffu, w, o);
+      w = MAX ? fmaxf(w, u) : w + u;
+    }
+    if (lane == 0) sh[32] = w;
+  }
+  __syncthreads();
+  float r = sh[32];
+  __syncthreads();
+  return r;
+}
+
+// LAYER: subtract the mean; w/b may be null.
+// A row's mean (0 for rms_norm) and 1 / sqrt(mean((x - mean)^2) + eps), block-wide.
+template <typename T, bool LAYER>
+__device__ void row_stats(const typename T::S* xr, long long n, float eps, float* sh, float& mu,
+                          float& inv) {
+  mu = 0.0f;
+  if (LAYER) {
+    float s = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += T::load(xr[i]);
+    mu = block_reduce<false>(s, sh) / (float)n;
+  }
+  float q = 0.0f;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) { float d = T::load(xr[i]) - mu; q += d * d; }
+  inv = rsqrtf(block_reduce<false>(q, sh) / (float)n + eps);
+}
+
+template <typename T, bool LAYER>
+__global__ void norm_rows(const typename T::S* x, const typename T::S* w, const typename T::S* b,
+                          typename T::S* out, long long rows, long long n, float eps) {
+  __shared__ float sh[33];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename T::S* xr = x + r * n;
+    float mu, inv;
+    row_stats<T, LAYER>(xr, n, eps, sh, mu, inv);
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+      float y = (T::load(xr[i]) - mu) * inv;
+      if (w) y *= T::load(w[i]);
+      if (b) y += T::load(b[i]);
+      out[r * n + i] = T::store(y);
+    }
+  }
+}
+
+// The input's cotangent of a norm; xn_g (rows x n, float32, may be null) gets g * xn
+// for the weight's cotangent (a column sum on the host side).
+template <typename T, bool LAYER>
+__global__ void norm_vjp_rows(const typename T::S* x, const typename T::S* w, const typename T::S* g,
+                              typename T::S* dx, float* xn_g, long long rows, long long n, float eps) {
+  __shared__ float sh[33];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename T::S* xr = x + r * n;
+    const typename T::S* gr = g + r * n;
+    float mu, inv;
+    row_stats<T, LAYER>(xr, n, eps, sh, mu, inv);
+    float sg = 0.0f, sgx = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+      const float xn = (T::load(xr[i]) - mu) * inv;
+      const float gw = T::load(gr[i]) * (w ? T::load(w[i]) : 1.0f);
+      sg += gw;
+      sgx += gw * xn;
+      if (xn_g) xn_g[r * n + i] = T::load(gr[i]) * xn;
+    }
+    const float mg = LAYER ? block_reduce<false>(sg, sh) / (float)n : 0.0f;
+    const float mgx = block_reduce<false>(sgx, sh) / (float)n;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+      const float xn = (T::load(xr[i]) - mu) * inv;
+      const float gw = T::load(gr[i]) * (w ? T::load(w[i]) : 1.0f);
+      dx[r * n + i] = T::store(inv * (gw - mg - xn * mgx));
+    }
+  }
+}
+
+// One thread per rotated pair: row r (position r % T of batch r / per_batch), pair i.
+template <typename T>
+__global__ void rope_pairs(const typename T::S* x, typename T::S* out, const float* cs, const float* sn,
+                           long long rows, long long T_, long long per_batch, int tables, int D, int dims,
+                           int traditional) {
+  const int half = dims / 2;
+  const long long total = rows * half;
+  for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < total;
+       k += (long long)gridDim.x * blockDim.x) {
+    const long long r = k / half;
+    const int i = (int)(k % half);
+    const long long tb = tables > 1 ? r / per_batch : 0;
+    const long long a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    const float c = cs[(tb * T_ + r % T_) * half + i], s = sn[(tb * T_ + r % T_) * half + i];
+    const float x1 = T::load(x[r * D + a]), x2 = T::load(x[r * D + b]);
+    out[r * D + a] = T::store(x1 * c - x2 * s);
+    out[r * D + b] = T::store(x1 * s + x2 * c);
+    if (i == 0)
+      for (int j = dims; j < D; ++j) out[r * D + j] = x[r * D + j];
+  }
+}
+
+// Flash-style attention, one warp per query row. q (B, Hq, Tq, D), k (B, Hkv, Tk, D),
+// v (B, Hkv, Tk, Dv), out (B, Hq, Tq, Dv); D, Dv <= 32 * MAXD.
+// mask_kind 0 none, 1 causal, 2 boolean, 3 additive (float32), with element strides.
+#define MAXD 8
+template <typename T>
+__global__ void attention_rows(const typename T::S* q, const typename T::S* k, const typename T::S* v,
+                               typename T::S* out, int B, int Hq, int Hkv, int Tq, int Tk, int D, int Dv,
+                               float scale, int mask_kind, const void* mask, long long ms0, long long ms1,
+                               long long ms2, long long ms3, const float* sinks) {
+  const int lane = threadIdx.x & 31;
+  const long long row = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= (long long)B * Hq * Tq) return;
+  const int t = (int)(row % Tq), h = (int)((row / Tq) % Hq), b = (int)(row / ((long long)Tq * Hq));
+  const int hk = h / (Hq / Hkv);
+  const typename T::S* qr = q + row * D;
+  const typename T::S* kb = k + ((long long)b * Hkv + hk) * Tk * D;
+  const typename T::S* vb = v + ((long long)b * Hkv + hk) * Tk * Dv;
+  float qv[MAXD], acc[MAXD];
+  for (int j = 0; j < MAXD; ++j) {
+    const int d = lane + 32 * j;
+    qv[j] = d < D ? T::load(qr[d]) * scale : 0.0f;
+    acc[j] = 0.0f;
+  }
+  const int off = Tk - Tq;
+  int kend = Tk;
+  // keys past the diagonal are masked; a row that sees none averages them all (MLX)
+  if (mask_kind == 1 && t + off >= 0) kend = min(Tk, t + off + 1);
+  float m = sinks ? sinks[h] : -LAZYX_INF, l = sinks ? 1.0f : 0.0f;
+  for (int j = 0; j < kend; ++j) {
+    float part = 0.0f;
+    for (int i = 0; i < MAXD; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) part += qv[i] * T::load(kb[(long long)j * D + d]);
+    }
+    for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+    float s = part;
+    if (mask_kind == 1 && j > t + off) s = MASKED;
+    if (mask_kind >= 2) {
+      const long long mi = b * ms0 + h * ms1 + t * ms2 + j * ms3;
+      if (mask_kind == 2) { if (!((const unsigned char*)mask)[mi]) s = MASKED; }
+      else s += ((const float*)mask)[mi];
+    }
+    const float mn = fmaxf(m, s);
+    const float corr = (m == -LAZYX_INF) ? 0.0f : __expf(m - mn);
+    const float p = (s == -LAZYX_INF) ? 0.0f : __expf(s - mn);  // -inf - -inf is NaN
+    l = l * corr + p;
+    for (int i = 0; i < MAXD; ++i) {
+      const int d = lane + 32 * i;
+      acc[i] = acc[i] * corr + (d < Dv ? p * T::load(vb[(long long)j * Dv + d]) : 0.0f);
+    }
+    m = mn;
+  }
+  typename T::S* orow = out + row * Dv;
+  for (int i = 0; i < MAXD; ++i) {
+    const int d = lane + 32 * i;
+    if (d < Dv) orow[d] = T::store(acc[i] / l);
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_rows(const typename T::S* x, const long long* t, float* out, long long rows,
+                                   long long n) {
+  __shared__ float sh[33];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const typename T::S* xr = x + r * n;
+    float m = -LAZYX_INF;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, T::load(xr[i]));
+    m = block_reduce<true>(m, sh);
+    if (!isfinite(m)) m = 0.0f;
+    float s = 0.0f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += expf(T::load(xr[i]) - m);
+    s = block_reduce<false>(s, sh);
+    if (threadIdx.x == 0) {
+      long long k = t[r] % n;
+      if (k < 0) k += n;
+      out[r] = logf(s) + m - T::load(xr[k]);
+    }
+  }
+}
+"""
+
+_TYPES = {np.dtype(np.float32): ("F32", None), np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
+          np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16))}
+_TAGS = [t for t, _ in _TYPES.values()]
+_NAMES = ([f"norm_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
+          + [f"norm_vjp_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
+          + [f"{k}<{t}>" for k in ("rope_pairs", "attention_rows", "cross_entropy_rows")
+             for t in _TAGS])
+_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.fast", name_expressions=_NAMES)
+_MAXD = 8 * 32
+
+
+def _v(a, view):
+    return None if a is None else (a if view is None else a.view(view))
+
+
+def _block(n: int) -> int:
+    return 256 if n >= 2048 else (128 if n >= 512 else 32)
+
+
+def _on_host(fn, p, ins):
+    """The NumPy kernel ``fn`` for what the CUDA kernels here do not cover (float64,
+    empty arrays, head dims past 256): inputs copied to the host and the results back.
+    Known gap: these cases compute on the CPU; CuPy compositions would keep them on
+    the device."""
+    out = fn(p, [cp.asnumpy(x) for x in ins])
+    if type(out) in (tuple, list):
+        return tuple(cp.asarray(o) for o in out)
+    return cp.asarray(out)
+
+
+def _norm(layer: bool):
+    cls = fast.LayerNorm if layer else fast.RMSNorm
+
+    def kernel(p, ins):
+        x = ins[0]
+        kind = _TYPES.get(x.dtype)
+        if kind is None or x.size == 0:
+            return _on_host(ref.KERNELS[cls], p, ins)
+        tag, view = kind
+        x = cp.ascontiguousarray(x)
+        w = b = None
+        if layer:
+            k = 1
+            if p.weighted:
+                w, k = cp.ascontiguousarray(ins[1]), 2
+            if p.biased:
+                b = cp.ascontiguousarray(ins[k])
+        elif len(ins) > 1:
+            w = cp.ascontiguousarray(ins[1])
+        n = x.shape[-1]
+        rows = x.size // n
+        out = cp.empty(x.shape, x.dtype)
+        fn = _KERNEL.function(f"norm_rows<{tag},{'true' if layer else 'false'}>")
+        fn((min(rows, 1 << 20),), (_block(n),),
+           (_v(x, view), _v(w, view), _v(b, view), _v(out, view), np.int64(rows), np.int64(n),
+            np.float32(p.eps)))
+        return out
+    return kernel
+
+
+def _norm_vjp(layer: bool):
+    cls = fast.LayerNormVJP if layer else fast.RMSNormVJP
+
+    def kernel(p, ins):
+        x, g = ins[0], ins[-1]
+        kind = _TYPES.get(x.dtype)
+        if kind is None or x.size == 0:
+            return _on_host(ref.KERNELS[cls], p, ins)
+        tag, view = kind
+        x, g = cp.ascontiguousarray(x), cp.ascontiguousarray(g)
+        weighted = p.weighted if layer else len(ins) > 2
+        w = cp.ascontiguousarray(ins[1]) if weighted else None
+        n = x.shape[-1]
+        rows = x.size // n
+        dx = cp.empty(x.shape, x.dtype)
+        xng = cp.empty((rows, n), cp.float32) if weighted else None
+        fn = _KERNEL.function(f"norm_vjp_rows<{tag},{'true' if layer else 'false'}>")
+        fn((min(rows, 1 << 20),), (_block(n),),
+           (_v(x, view), _v(w, view), _v(g, view), _v(dx, view), xng, np.int64(rows), np.int64(n),
+            np.float32(p.eps)))
+        outs = [dx]
+        if weighted:
+            outs.append(xng.sum(0).astype(x.dtype))
+        if layer and p.biased:
+            outs.append(g.reshape(rows, n).astype(cp.float32).sum(0).astype(x.dtype))
+        return tuple(outs)
+    return kernel
+
+
+def rope(p, ins):
+    x, offset = ins[0], ins[1]
+    kind = _TYPES.get(x.dtype)
+    if kind is None or x.size == 0:
+        return _on_host(ref.rope, p, ins)
+    tag, view = kind
+    x = cp.ascontiguousarray(x)
+    # the angle tables (B or 1, T, dims / 2) are small: made on the host, as the CPU's
+    freqs = cp.asnumpy(ins[2]) if len(ins) > 2 else None
+    cos, sin = ref.rope_tables(p, x.shape, cp.asnumpy(offset), freqs, np.dtype(np.float32))
+    cos, sin = cp.asarray(np.ascontiguousarray(cos), cp.float32), cp.asarray(np.ascontiguousarray(sin), cp.float32)
+    t, d = x.shape[-2], x.shape[-1]
+    rows = x.size // d
+    out = cp.empty(x.shape, x.dtype)
+    total = rows * (p.dims // 2)
+    _KERNEL.function(f"rope_pairs<{tag}>")(
+        (max(1, min((total + 255) // 256, 1 << 20)),), (256,),
+        (_v(x, view), _v(out, view), cos, sin, np.int64(rows), np.int64(t),
+         np.int64(x.size // (x.shape[0] * d)), np.int32(cos.shape[0]), np.int32(d),
+         np.int32(p.dims), np.int32(p.traditional)))
+    return out
+
+
+def attention(p, ins):
+    q, k, v = ins[:3]
+    kind = _TYPES.get(q.dtype)
+    if kind is None or q.size == 0 or k.shape[2] == 0 or q.shape[3] > _MAXD or v.shape[3] > _MAXD:
+        return _on_host(ref.attention, p, ins)
+    if p.mask != "array" and not p.sinks:
+        out = flash_attention(q, k, v, p.scale, p.mask == "causal")
+        if out is not None:
+            return out
+    tag, view = kind
+    q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
+    b, hq, tq, d = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    kind_id, mask, strides = 0, None, (0, 0, 0, 0)
+    if p.mask == "causal":
+        kind_id = 1
+    elif p.mask == "array":
+        m = ins[3]
+        if m.dtype == np.bool_:
+            kind_id, mask = 2, cp.ascontiguousarray(m).view(cp.uint8)
+        else:
+            kind_id, mask = 3, cp.ascontiguousarray(m, cp.float32)
+        strides = tuple(0 if mask.shape[i] == 1 else mask.strides[i] // mask.itemsize
+                        for i in range(4))
+    sinks = cp.ascontiguousarray(ins[-1], cp.float32) if p.sinks else None
+    out = cp.empty((b, hq, tq, dv), q.dtype)
+    rows = b * hq * tq
+    warps = 4
+    _KERNEL.function(f"attention_rows<{tag}>")(
+        ((rows + warps - 1) // warps,), (32 * warps,),
+        (_v(q, view), _v(k, view), _v(v, view), _v(out, view), np.int32(b), np.int32(hq),
+         np.int32(hkv), np.int32(tq), np.int32(tk), np.int32(d), np.int32(dv),
+         np.float32(p.scale), np.int32(kind_id), mask, *(np.int64(s) for s in strides), sinks))
+    return out
+
+
+def cross_entropy(p, ins):
+    logits, t = ins
+    kind = _TYPES.get(logits.dtype)
+    if kind is None or logits.size == 0:
+        return _on_host(ref.cross_entropy, p, ins)
+    tag, view = kind
+    x = cp.ascontiguousarray(logits)
+    targets = cp.ascontiguousarray(t, cp.int64)
+    n = x.shape[-1]
+    rows = x.size // n
+    out = cp.empty(t.shape, cp.float32)
+    _KERNEL.function(f"cross_entropy_rows<{tag}>")(
+        (max(1, min(rows, 1 << 20)),), (_block(n),),
+        (_v(x, view), targets, out, np.int64(rows), np.int64(n)))
+    return out
+
+
+KERNELS = {
+    fast.RMSNorm: _norm(False),
+    fast.LayerNorm: _norm(True),
+    fast.RMSNormVJP: _norm_vjp(False),
+    fast.LayerNormVJP: _norm_vjp(True),
+    fast.RoPE: rope,
+    fast.ScaledDotProductAttention: attention,
+    fast.CrossEntropy: cross_entropy,
+}

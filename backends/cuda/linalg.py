@@ -4,12 +4,13 @@
 The batched routines (``inv``, ``cholesky``, ``qr``, ``svd``, ``eigh``, ``solve``,
 ``det``, ``slogdet``, ``pinv``) take the whole stack in one call; ``getrf`` (LU) and
 ``trsm`` (triangular solves and inverses) go one matrix at a time as CuPy exposes them.
-The kernels return the shapes and dtypes of the NumPy kernels
-(:mod:`lazyx.backends.cpu.kernels.linalg`), and raise the same
-:class:`~lazyx.errors.LinAlgError` for singular and indefinite matrices: CuPy checks
-cuSOLVER's ``info`` under ``cupyx.errstate(linalg="raise")`` (one device
-synchronisation, the price of an error at the call), the triangular ones check for
-zeros on the diagonal. ``eig`` needs CuPy's ``cupy.linalg.eig`` (cuSOLVER ``Xgeev``,
+The kernels return the shapes and dtypes of the CPU kernels
+(:mod:`lazyx.backends.cpu.kernels.linalg`, whose ``Eig`` and ``LUF`` kernels they
+share, built over CuPy), and raise the same :class:`~lazyx.errors.LinAlgError` for
+singular and indefinite matrices: CuPy checks cuSOLVER's ``info`` under
+``cupyx.errstate(linalg="raise")`` and lazyx checks that finite input gave finite
+output (one device synchronisation, the price of an error at the call), the
+triangular ones check for zeros on the diagonal. ``eig`` needs CuPy's ``cupy.linalg.eig`` (cuSOLVER ``Xgeev``,
 CUDA 12.6 and later); without it the kernel says so instead of computing on the host.
 """
 
@@ -24,32 +25,36 @@ from lazyx.backends.cpu.kernels import linalg as np_linalg
 from lazyx.errors import HostOnlyKernelError, LinAlgError
 from lazyx.plugins import linalg as la
 
-_C64 = np.dtype(np.complex64)
-_U32 = np.dtype(np.uint32)
-
 
 def _checked(what: str, fn):
-    """``fn(p, ins)`` with cuSOLVER's failures raised as :class:`LinAlgError`."""
+    """``fn(p, ins)`` with a failed factorization raised as :class:`LinAlgError`.
+
+    CuPy raises ``LinAlgError`` for a nonzero cuSOLVER/cuBLAS ``info`` only under
+    ``cupyx.errstate(linalg="raise")`` (it reads the info back: one synchronisation);
+    ``info`` flags an exact zero pivot (or a non-positive one in Cholesky), while a
+    pivot that rounding left tiny instead of zero gives infinities or NaNs without a
+    flag. So the result is checked too: finite input, non-finite output is the same
+    failure, found in the same synchronisation."""
     def kernel(p, ins):
+        a = ins[0]
         try:
             with cupyx.errstate(linalg="raise"):
-                return fn(p, ins)
+                out = fn(p, ins)
+            finite = cp.isfinite(a).all()
+            for x in ins[1:]:
+                finite &= cp.isfinite(x).all()
+            failed = bool(finite & ~cp.isfinite(out).all())
         except np.linalg.LinAlgError:
-            a = ins[0]
+            failed = True
+        if failed:
             raise LinAlgError(f"[{p.name}] {what} (input of shape {a.shape}, dtype "
                               f"{a.dtype}).") from None
+        return out
     return kernel
 
 
 def _per_matrix(fn, a, *more):
-    batch = a.shape[:-2]
-    if not batch:
-        return fn(a, *more)
-    flat = [x.reshape((-1,) + x.shape[-2:]) for x in (a, *more)]
-    outs = [fn(*(x[i] for x in flat)) for i in range(flat[0].shape[0])]
-    if isinstance(outs[0], tuple):
-        return tuple(cp.stack(o).reshape(batch + o[0].shape) for o in zip(*outs))
-    return cp.stack(outs).reshape(batch + outs[0].shape)
+    return np_linalg.per_matrix(fn, a, *more, xp=cp)
 
 
 def _nonsingular_triangle(p, a):
@@ -78,52 +83,34 @@ def _cholesky(p, ins):
     return cp.linalg.cholesky(a)
 
 
-def _eig(p, ins):
+def _no_eig(p, ins):
+    raise HostOnlyKernelError(
+        f"[{p.name}] linalg.eig needs cupy.linalg.eig (CuPy 14 with CUDA 12.6 or later); "
+        f"this CuPy has none. Run it on the CPU: stream=lazyx.core.cpu.")
+
+
+def _getrf(a):
+    return _per_matrix(lambda x: csl.lu_factor(x, check_finite=False), a)
+
+
+def _qr(p, ins):
+    return tuple(cp.linalg.qr(ins[0], mode="reduced"))
+
+
+def _svd(p, ins):
     a = ins[0]
-    eig = getattr(cp.linalg, "eig", None)
-    if eig is None:
-        raise HostOnlyKernelError(
-            f"[{p.name}] linalg.eig needs cupy.linalg.eig (CuPy 14 with CUDA 12.6 or later); "
-            f"this CuPy has none. Run it on the CPU: stream=lazyx.core.cpu.")
-    if p.compute_eigenvectors:
-        w, v = eig(a)
-        return w.astype(_C64, copy=False), v.astype(_C64, copy=False)
-    return cp.linalg.eigvals(a).astype(_C64, copy=False)
-
-
-def _luf(p, ins):
-    a = ins[0]
-    m, n = a.shape[-2:]
-    k = min(m, n)
-    if a.size == 0:
-        lu, piv = cp.zeros_like(a), cp.zeros(a.shape[:-2] + (k,), cp.int32)
-    else:
-        lu, piv = _per_matrix(lambda x: csl.lu_factor(x, check_finite=False), a)
-    # The row permutation from the pivots: K swaps per matrix, on the host (K numbers).
-    host = cp.asnumpy(piv).reshape(-1, k)
-    perm = np.broadcast_to(np.arange(m), (host.shape[0], m)).copy()
-    rows = np.arange(host.shape[0])
-    for i in range(k):
-        j = host[:, i]
-        perm[rows, i], perm[rows, j] = perm[rows, j], perm[rows, i].copy()
-    inv = np.empty_like(perm)
-    np.put_along_axis(inv, perm, np.arange(m)[None, :], axis=1)
-    return (cp.ascontiguousarray(lu), piv.astype(_U32),
-            cp.asarray(inv.reshape(a.shape[:-2] + (m,)).astype(_U32)))
-
-
-def _broadcast(a, b):
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    return cp.broadcast_to(a, batch + a.shape[-2:]), cp.broadcast_to(b, batch + b.shape[-2:])
+    if p.compute_uv:
+        return tuple(cp.linalg.svd(a, full_matrices=True))
+    return cp.linalg.svd(a, compute_uv=False)
 
 
 def _solve(p, ins):
-    a, b = _broadcast(*ins)
+    a, b = np_linalg.broadcast_batches(*ins, xp=cp)
     return cp.linalg.solve(a, b)
 
 
 def _solve_triangular(p, ins):
-    a, b = _broadcast(*ins)
+    a, b = np_linalg.broadcast_batches(*ins, xp=cp)
     _nonsingular_triangle(p, a)
     if a.size == 0 or b.size == 0:
         return cp.zeros(b.shape, b.dtype)
@@ -137,15 +124,18 @@ _widened = np_linalg._widened
 KERNELS = {
     la.Inverse: _checked("The matrix is singular and has no inverse", _inverse),
     la.Cholesky: _checked("The matrix is not positive definite", _cholesky),
-    # QR, SVD and Eigh: the NumPy kernels dispatch to cupy.linalg as written.
-    la.QR: np_linalg.KERNELS[la.QR],
-    la.SVD: np_linalg.KERNELS[la.SVD],
+    la.QR: _qr,
+    la.SVD: _svd,
+    # Eigh: the NumPy kernel dispatches to cupy.linalg as written.
     la.Eigh: np_linalg.KERNELS[la.Eigh],
-    la.Eig: _eig,
-    la.LUF: _luf,
+    la.Eig: np_linalg.eig_kernel(cp.linalg) if hasattr(cp.linalg, "eig") else _no_eig,
+    la.LUF: np_linalg.lu_kernel(_getrf, cp, cp.asnumpy),
     la.Solve: _checked("The matrix is singular: the system has no unique solution", _solve),
     la.SolveTriangular: _solve_triangular,
     la.Det: _widened(cp.linalg.det),
     la.SlogDet: _widened(lambda a: tuple(cp.linalg.slogdet(a))),
-    la.Pinv: lambda p, ins: cp.linalg.pinv(ins[0]),
+    # NumPy's cutoff (max(M, N) * eps of the dtype); CuPy's default, 1e-15, keeps the
+    # float32 noise of a singular matrix as huge values.
+    la.Pinv: lambda p, ins: cp.linalg.pinv(
+        ins[0], rcond=max(ins[0].shape[-2:]) * float(cp.finfo(ins[0].dtype).eps)),
 }

@@ -1,3 +1,290 @@
-"""CUDA kernels of the ``quantized`` op pack."""
+"""CUDA kernels of the ``quantized`` op pack.
 
-KERNELS: dict = {}
+``quantized_matmul`` and ``gather_qmm`` multiply from the packed words in one CUDA
+C++ kernel per layout, over the layout the CPU native kernel takes
+(``lazyx.backends.cpu.native_packs.quantized``): ``out[p] = x[xi[p]] @ W(wi[p])`` with
+``x`` ``(nx, M, K)`` float32, packed ``w`` ``(nw, R, C)``, float32 scales (E8M0 / E4M3
+codes decoded here with CuPy: they are 1/group_size of the weights) and int64 index
+pairs.
+
+* ``qmm_t`` (``transpose``: rows of W are outputs; the decode-shaped matrix-vector
+  product): one warp per output ``(p, m, n)``; the lanes read consecutive packed words
+  of row ``n`` (coalesced), decode them in registers, multiply with ``x`` and reduce
+  with shuffles. For 3-, 5- and 6-bit values (which straddle words) the lanes walk
+  values instead.
+* ``qmm_n`` (rows of W are the K axis): one thread per output ``(p, m, n)``; a warp's
+  adjacent ``n`` read the same packed words of each row ``k``.
+
+Element decoding is the CPU kernels': affine ``scale * q + bias``; E2M1 by a 16-entry
+table; E4M3 decoded arithmetically. ``quantize``/``dequantize`` run the NumPy kernels
+on the host (they are off the hot path and must match MLX bit for bit).
+
+These kernels have not run on a GPU yet (written without one).
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+from lazyx.backends.cpu.kernels import quantized as ref
+from lazyx.errors import IndexOutOfRangeError
+from lazyx.plugins import quantized as q
+
+from .runtime import CudaKernel
+
+_SOURCE = r"""
+__device__ __constant__ float kFp4[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
+                                          -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+__device__ __forceinline__ float e4m3(unsigned int c) {
+  const int e = (c >> 3) & 0xf, m = c & 7;
+  float v = (e == 0xf && m == 7) ? __int_as_float(0x7fc00000)
+            : (e == 0 ? ldexpf((float)m, -9) : ldexpf(1.f + m * 0.125f, e - 7));
+  return (c & 0x80) ? -v : v;
+}
+
+// mode 0 affine, 1 E2M1, 2 E4M3
+__device__ __forceinline__ float value(unsigned int code, float s, float b, int mode) {
+  return mode == 0 ? fmaf(s, (float)code, b) : (mode == 1 ? s * kFp4[code] : s * e4m3(code));
+}
+
+// Value k of a packed row (any width; a value may straddle two words).
+__device__ __forceinline__ unsigned int code_at(const unsigned int* row, long long k, int bits) {
+  const long long bit = k * bits;
+  const long long wi = bit >> 5;
+  const int sh = (int)(bit & 31);
+  unsigned int v = row[wi] >> sh;
+  if (sh + bits > 32) v |= row[wi + 1] << (32 - sh);
+  return v & ((1u << bits) - 1u);
+}
+
+extern "C" __global__ void qmm_t(const float* x, const unsigned int* w, const float* scales,
+                                 const float* biases, const long long* xi, const long long* wi,
+                                 float* out, long long P, long long M, long long K, long long N,
+                                 long long C, long long G, int bits, int gs, int mode,
+                                 long long nx, long long nw, int has_b) {
+  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int gshift = __ffs(gs) - 1;  // group sizes are powers of two: no 64-bit division
+  if (warp >= P * M * N) return;
+  const long long n = warp % N, m = (warp / N) % M, p = warp / (N * M);
+  const float* xr = x + (xi[p] * M + m) * K;
+  const unsigned int* row = w + (wi[p] * N + n) * C;
+  const float* sr = scales + (wi[p] * N + n) * G;
+  const float* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
+  float acc = 0.f;
+  if ((32 % bits) == 0) {  // (2/4/8 bits with rows not 16-byte aligned: qmm_t4 otherwise)
+    const int per = 32 / bits;
+    const unsigned int mask = (1u << bits) - 1u;
+    for (long long c = lane; c < C; c += 32) {
+      const unsigned int word = row[c];
+      const long long k0 = c * per;
+      const long long g = k0 >> gshift;  // a word never spans two groups
+      const float s = sr[g], b = br ? br[g] : 0.f;
+      for (int j = 0; j < per; ++j)
+        acc = fmaf(xr[k0 + j], value((word >> (j * bits)) & mask, s, b, mode), acc);
+    }
+  } else {
+    for (long long k = lane; k < K; k += 32) {
+      const long long g = k >> gshift;
+      acc = fmaf(xr[k], value(code_at(row, k, bits), sr[g], br ? br[g] : 0.f, mode), acc);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[(p * M + m) * N + n] = acc;
+}
+
+extern "C" __global__ void qmm_n(const float* x, const unsigned int* w, const float* scales,
+                                 const float* biases, const long long* xi, const long long* wi,
+                                 float* out, long long P, long long M, long long K, long long N,
+                                 long long C, long long G, int bits, int gs, int mode,
+                                 long long nx, long long nw, int has_b) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= P * M * N) return;
+  const long long n = t % N, m = (t / N) % M, p = t / (N * M);
+  const float* xr = x + (xi[p] * M + m) * K;
+  const unsigned int* mat = w + wi[p] * K * C;
+  const float* sm = scales + wi[p] * K * G;
+  const float* bm = has_b ? biases + wi[p] * K * G : nullptr;
+  const long long g = n / gs;
+  float acc = 0.f;
+  for (long long k = 0; k < K; ++k) {
+    const float b = bm ? bm[k * G + g] : 0.f;
+    acc = fmaf(xr[k], value(code_at(mat + k * C, n, bits), sm[k * G + g], b, mode), acc);
+  }
+  out[t] = acc;
+}
+
+// The decode-shaped fast path of qmm_t for 2-, 4- and 8-bit values, specialised by
+// width and mode. A block of 8 warps serves ROWS output rows of one (p, m): it stages
+// x[m] in shared memory once (x is read 8x more bytes than the 4-bit weights per row
+// otherwise), then each warp walks its rows, each lane loading packed words
+// and decoding them in registers. Needs (K + G) * 4 bytes of shared memory.
+template <int BITS, int MODE>
+__global__ void qmm_t4(const float* x, const unsigned int* w, const float* scales,
+                       const float* biases, const long long* xi, const long long* wi,
+                       float* out, long long P, long long M, long long K, long long N,
+                       long long C, long long G, int gs, int has_b) {
+  constexpr int per = 32 / BITS, ROWS = 64;
+  constexpr unsigned int mask = (1u << BITS) - 1u;
+  extern __shared__ float xs_[];
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int gshift = __ffs(gs) - 1;  // group sizes are powers of two: no division
+  const long long pm = blockIdx.y, m = pm % M, p = pm / M;
+  const float* xr = x + (xi[p] * M + m) * K;
+  float* gsum = xs_ + K;  // per-group sums of x: the bias term is b_g * gsum_g
+  for (long long k = threadIdx.x; k < K; k += blockDim.x) xs_[k] = xr[k];
+  __syncthreads();
+  if (MODE == 0)
+    for (long long g = wid; g < G; g += nwarps) {  // a warp per group, conflict-free reads
+      float t = 0.f;
+      for (int j = lane; j < gs; j += 32) t += xs_[g * gs + j];
+      for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+      if (lane == 0) gsum[g] = t;
+    }
+  __syncthreads();
+  const long long n_end = min(N, (long long)(blockIdx.x + 1) * ROWS);
+  for (long long n = (long long)blockIdx.x * ROWS + wid; n < n_end; n += nwarps) {
+    const unsigned int* row = w + (wi[p] * N + n) * C;
+    const float* sr = scales + (wi[p] * N + n) * G;
+    const float* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
+    float acc = 0.f;
+    // Lane l takes words l, l + 32, ...: a warp's loads are 128 contiguous bytes, and
+    // its x reads (per * 4 bytes apart) stay clear of shared-memory bank conflicts.
+#pragma unroll 4  // several loads in flight per lane
+    for (int c = lane; c < (int)C; c += 32) {
+      const unsigned int word = __ldg(row + c);
+      const int k0 = c * per;
+      const int g = k0 >> gshift;  // a word never spans two groups
+      const float4* xv = reinterpret_cast<const float4*>(xs_ + k0);
+      float part = 0.f;
+#pragma unroll
+      for (int j = 0; j < per / 4; ++j) {
+        const float4 xx = xv[j];
+        const float xa[4] = {xx.x, xx.y, xx.z, xx.w};
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+          const unsigned int code = (word >> ((4 * j + l) * BITS)) & mask;
+          if (MODE == 0) {
+            // code as a float without the quarter-rate I2F: 2^23 + code, minus 2^23
+            const float q = __int_as_float(code | 0x4b000000u) - 8388608.f;
+            part = fmaf(xa[l], q, part);
+          } else {
+            part = fmaf(xa[l], MODE == 1 ? kFp4[code] : e4m3(code), part);
+          }
+        }
+      }
+      acc = fmaf(sr[g], part, acc);
+    }
+    if (MODE == 0)
+      for (int g = lane; g < (int)G; g += 32) acc = fmaf(br[g], gsum[g], acc);
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) out[(p * M + m) * N + n] = acc;
+  }
+}
+"""
+
+_FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
+_ROWS = 64  # output rows per block of qmm_t4 (ROWS in the source)
+_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.quantized",
+                     name_expressions=[f"qmm_t4<{b}, {m}>" for b, m in _FAST])
+_MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
+_E4M3 = []
+
+
+def _scales(scales, mode):
+    """float32 scales on the GPU: as stored (affine), or decoded E8M0 / E4M3 codes."""
+    if mode == "affine":
+        return cp.ascontiguousarray(scales, dtype=cp.float32)
+    if mode == "nvfp4":
+        if not _E4M3:
+            _E4M3.append(cp.asarray(ref.scale_values(np.arange(256, dtype=np.uint8), "nvfp4")))
+        return _E4M3[0][scales.astype(cp.int32)]
+    e = scales.astype(cp.int32)
+    return cp.ldexp(cp.ones(e.shape, cp.float32), cp.maximum(e, 1) - 127 - (e == 0))
+
+
+def _run(p, x, weights, xi, wi):
+    w = cp.ascontiguousarray(weights[0], dtype=cp.uint32)
+    w = w.reshape((-1,) + w.shape[-2:])
+    sc = _scales(weights[1], p.mode).reshape((-1,) + weights[1].shape[-2:])
+    bi = (cp.ascontiguousarray(weights[2], dtype=cp.float32).reshape(sc.shape)
+          if len(weights) > 2 else None)
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    n = p.columns(w.shape)
+    k = x.shape[-1]
+    P, M = len(xi), x.shape[1]
+    out = cp.empty((P, M, n), cp.float32)
+    total = P * M * n
+    if total:
+        args = (x, w, sc, bi if bi is not None else sc, xi, wi, out, np.int64(P), np.int64(M),
+                np.int64(k), np.int64(n), np.int64(w.shape[-1]), np.int64(sc.shape[-1]),
+                np.int32(p.bits), np.int32(p.group_size), np.int32(_MODE[p.mode]),
+                np.int64(x.shape[0]), np.int64(w.shape[0]), np.int32(bi is not None))
+        threads = total * 32 if p.transpose else total
+        block = 256
+        grid = ((threads + block - 1) // block,)
+        fast = (p.bits, _MODE[p.mode])
+        # x rows must be 16-byte aligned for the float4 loads too (K % 4 == 0 follows)
+        if p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:
+            _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}>")(
+                ((n + _ROWS - 1) // _ROWS, P * M), (block,),
+                args[:13] + (np.int32(p.group_size), args[-1]),
+                shared_mem=(k + sc.shape[-1]) * 4)
+        else:
+            _KERNEL.function("qmm_t" if p.transpose else "qmm_n")(grid, (block,), args)
+    return out
+
+
+#: {(x's batch shape, w's batch shape): (batch, x indices, w indices) on the device}: the
+#: same layouts recur every step, and a host-to-device copy per call costs more than
+#: a decode-shaped product.
+_PAIRS: dict = {}
+
+
+def _batch_pairs(xlead: tuple, wlead: tuple):
+    got = _PAIRS.get((xlead, wlead))
+    if got is None:
+        batch = np.broadcast_shapes(xlead, wlead)
+        xi = np.broadcast_to(np.arange(int(np.prod(xlead)), dtype=np.int64).reshape(xlead), batch)
+        wi = np.broadcast_to(np.arange(int(np.prod(wlead)), dtype=np.int64).reshape(wlead), batch)
+        got = (batch, cp.asarray(xi.ravel()), cp.asarray(wi.ravel()))
+        if len(_PAIRS) < 256:
+            _PAIRS[(xlead, wlead)] = got
+    return got
+
+
+def quantized_matmul(p, ins):
+    x = ins[0]
+    batch, xi, wi = _batch_pairs(x.shape[:-2], ins[1].shape[:-2])
+    out = _run(p, x.reshape((-1,) + x.shape[-2:]), ins[1:], xi, wi)
+    return out.reshape(batch + out.shape[-2:]).astype(x.dtype, copy=False)
+
+
+def gather_qmm(p, ins):
+    x, lhs, rhs = ins[0], ins[-2], ins[-1]
+    xi, wi = lhs.astype(cp.int64).ravel(), rhs.astype(cp.int64).ravel()
+    nw = int(np.prod(ins[1].shape[:-2]))
+    if xi.size and bool(((xi < 0) | (xi >= x.shape[0]) | (wi < 0) | (wi >= nw)).any()):
+        raise IndexOutOfRangeError(
+            f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {x.shape[0]}) and "
+            f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
+    out = _run(p, x, ins[1:-2], xi, wi)
+    return out.reshape(rhs.shape + out.shape[-2:]).astype(x.dtype, copy=False)
+
+
+def _on_host(kernel):
+    """A NumPy kernel run on the host copies of the inputs (quantize and dequantize must
+    match MLX bit for bit; they are not on the hot path)."""
+    def run(p, ins):
+        outs = kernel(p, [cp.asnumpy(a) for a in ins])
+        return tuple(cp.asarray(o) for o in outs) if isinstance(outs, tuple) else cp.asarray(outs)
+    return run
+
+
+KERNELS = {
+    q.QuantizedMatmul: quantized_matmul,
+    q.GatherQMM: gather_qmm,
+    q.Quantize: _on_host(ref.KERNELS[q.Quantize]),
+    q.Dequantize: _on_host(ref.KERNELS[q.Dequantize]),
+}

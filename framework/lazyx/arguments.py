@@ -127,9 +127,20 @@ def binary_operands(a, b, stream=None, op: str | None = None):
             return constant(a, d), constant(b, d), d
         return binary_operands(a, as_array(b), stream)
     if isinstance(a, array) or isinstance(b, array) or isinstance(a, _PY_SCALARS):
-        return binary_operands(a if isinstance(a, (array,) + _PY_SCALARS) else as_array(a),
-                               b if isinstance(b, (array,) + _PY_SCALARS) else as_array(b), stream)
+        return binary_operands(_operand(a), _operand(b), stream)
     return binary_operands(as_array(a), b, stream)
+
+
+def _operand(x):
+    """``x`` for :func:`binary_operands`' typed branches: an array (a subclass too), a
+    Python scalar, a subclass of one (``np.float64`` is a ``float``) as that weak Python
+    scalar, as MLX takes it, or anything else as an array."""
+    if isinstance(x, array) or type(x) in _PY_SCALARS:
+        return x
+    for t in (bool, int, float, complex):
+        if isinstance(x, t):
+            return t(x)
+    return as_array(x)
 
 
 def _scalar_error(e: ArgumentError, other: array) -> ArgumentError:

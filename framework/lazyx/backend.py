@@ -92,12 +92,15 @@ class Backend:
         if self.device_type is not DeviceType.cpu or not _device_backend_available():
             return fn
 
-        def kernel(prim, inputs):
+        def kernel(prim, inputs, *donors):
             for i, x in enumerate(inputs):
                 if type(x) is not np.ndarray:
                     inputs[i] = to_host(x)
-            return fn(prim, inputs)
+            return fn(prim, inputs, *donors)
         kernel.__wrapped__ = fn
+        # A compiled plan passes donors only to kernels that take them (transforms.compile);
+        # a host copy made here owns its memory, so donating it is as safe as the original.
+        kernel.donates = getattr(fn, "donates", False)
         return kernel
 
     def is_available(self) -> bool:

@@ -16,7 +16,7 @@ graph no longer knows which call built a node.
 
 __all__ = [
     "LazyxError", "ArgumentError", "ShapeError", "AxisError", "DtypeError", "IntegerRangeError",
-    "IndexOutOfRangeError",
+    "IndexOutOfRangeError", "TreeStructureError",
     "KernelNotFoundError", "KernelOutputError", "TransformError", "ShapelessCompileError", "PluginError",
     "BackendError", "DeviceError", "OutOfMemoryError", "FileFormatError", "FileMissingError",
     "LinAlgError", "at_op",
@@ -53,6 +53,14 @@ class IntegerRangeError(LazyxError, OverflowError, ValueError):
 class IndexOutOfRangeError(LazyxError, IndexError, ValueError):
     """An index outside the array: an ``IndexError`` as NumPy raises, and a ``ValueError``
     as MLX raises where it checks (``take`` of an int, an index beyond 32 bits)."""
+
+
+class TreeStructureError(LazyxError, KeyError, ValueError):
+    """A tree (gradients, parameters, optimizer state) that lacks a key or index another
+    tree has: a ``KeyError`` as MLX raises. The message names the path."""
+
+    # KeyError's own __str__ quotes the message as a repr.
+    __str__ = Exception.__str__
 
 
 class KernelNotFoundError(LazyxError, NotImplementedError):

@@ -1,9 +1,12 @@
 """Memory figures, as in ``mlx.core``: they come from the active backends.
 
-On the CPU the figures are those of lazyx's own buffers: the CPU backend's
-native module installs a NumPy allocation handler while kernels run, which
-counts the bytes of every buffer they allocate until that buffer is freed,
-and keeps freed blocks in a size-keyed cache for reuse.
+On the CPU the figures are those of lazyx's own buffers, counted as MLX counts
+them: the CPU backend's native module installs a NumPy allocation handler while
+kernels run and arrays are built, which counts the bytes asked for every buffer
+until that buffer is freed, and keeps freed blocks in a size-keyed cache for reuse
+(a request takes a cached block under twice its size and counts that block's
+size). Kernel modules load under NumPy's own handler, so with no array alive the
+active memory is 0. lazyx's cached Python-scalar constants are not counted.
 
 The memory limit is a guideline, as in MLX: past it the cache is released first and
 allocation goes on. A single buffer larger than both the limit and the machine's
@@ -54,7 +57,7 @@ def get_peak_memory() -> int:
 
 
 def reset_peak_memory() -> None:
-    """Restart peak tracking from the current active memory."""
+    """Set the peak memory to 0 (as MLX does); it grows again from the next allocation."""
     for b in _active_backends():
         b.reset_peak_memory()
 

@@ -100,9 +100,8 @@ def batch_first(x, axis: int, ndim: int | None = None, stream=None):
         x = ops.moveaxis(x, axis, 0, stream=stream)
     if ndim is not None:
         pad = ndim + 1 - len(x._shape)
-        if pad > 0:
-            s = x._shape
-            x = ops.reshape(x, s[:1] + (1,) * pad + s[1:], stream=stream)
+        if pad > 0:  # expand_dims, not a reshape: a shapeless compile replays it at any size
+            x = ops.expand_dims(x, tuple(range(1, 1 + pad)), stream=stream)
     return x
 
 

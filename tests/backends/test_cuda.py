@@ -62,6 +62,54 @@ EXAMPLES = [(cls, i, make) for cls in sorted(registry.primitives, key=lambda c: 
             for i, (make, _info) in enumerate(registry.examples().get(cls, ()))]
 
 
+def _phases(v):
+    """The phase (sign, for real data) of each column's largest-magnitude entry of the
+    matrices ``v`` ``(..., M, K)``: eigenvectors and singular vectors are defined only up
+    to it, and cuSOLVER and LAPACK may choose differently."""
+    big = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
+    mag = np.abs(big)
+    return np.where(mag > 0, big / np.where(mag > 0, mag, 1), 1)
+
+
+def _canonical_eigh(outs):
+    if len(outs) == 1:  # eigenvalues alone: ascending on both devices
+        return outs
+    w, v = outs
+    return [w, v / _phases(v)]
+
+
+def _canonical_svd(outs):
+    if len(outs) == 1:  # singular values alone: descending on both devices
+        return outs
+    u, s, vt = outs
+    k = s.shape[-1]
+    ph = _phases(u)
+    # U's column j and Vt's row j share one phase (A = U S Vt stays A); rows of Vt past
+    # K span the null space and take their own.
+    vt = vt.copy()
+    vt[..., :k, :] *= np.swapaxes(ph[..., :k], -1, -2)
+    vt[..., k:, :] /= np.swapaxes(_phases(np.swapaxes(vt[..., k:, :], -1, -2)), -1, -2)
+    return [u / ph, s, vt]
+
+
+def _canonical_eig(outs):
+    # Eigenvalues in no promised order: sort each matrix's by real part (rounded, so that
+    # rounding differences do not reorder ties) then imaginary part, its vectors' columns
+    # with them, each scaled to the phase of its largest entry.
+    w = outs[0]
+    order = np.lexsort((w.imag, np.round(w.real, 4)), axis=-1)
+    out = [np.take_along_axis(w, order, -1)]
+    if len(outs) == 2:
+        v = np.take_along_axis(outs[1], order[..., None, :], -1)
+        out.append(v / _phases(v))
+    return out
+
+
+#: {primitive name: outputs (as NumPy) -> their canonical form}: the factorizations
+#: whose results are unique only up to the sign or phase of vectors (and, for eig, order).
+CANONICAL = {"Eigh": _canonical_eigh, "SVD": _canonical_svd, "Eig": _canonical_eig}
+
+
 @needs_gpu
 @pytest.mark.parametrize("cls,i,make", EXAMPLES,
                          ids=[f"{c.name}-{i}" for c, i, _ in EXAMPLES])
@@ -74,13 +122,34 @@ def test_every_primitive_on_gpu_matches_cpu(cls, i, make):
     for c, g in zip(cpu, gpu):
         assert CUDA.is_buffer(g._data), f"{cls.name}: the GPU result is not a device buffer"
         assert g.shape == c.shape and g.dtype == c.dtype
-        cn, gn = np.asarray(c), np.asarray(g)
+    cpu, gpu = [np.asarray(c) for c in cpu], [np.asarray(g) for g in gpu]
+    if cls.name in CANONICAL:
+        cpu, gpu = CANONICAL[cls.name](cpu), CANONICAL[cls.name](gpu)
+    for cn, gn in zip(cpu, gpu):
         if cn.dtype.kind in "fc":
             np.testing.assert_allclose(gn.astype(np.complex128 if cn.dtype.kind == "c" else np.float64),
                                        cn.astype(np.complex128 if cn.dtype.kind == "c" else np.float64),
                                        rtol=2e-5, atol=1e-6, err_msg=cls.name)
         else:
             np.testing.assert_array_equal(gn, cn, err_msg=cls.name)
+
+
+@needs_gpu
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["matrix", "batched"])
+def test_singular_matrices_raise_on_gpu_as_on_cpu(batch):
+    from lazyx.errors import LinAlgError
+    L = mx.linalg
+    solve = lambda a: L.solve(a, mx.ones(a.shape[:-1]))  # noqa: E731
+    # {bad matrix: the ops that must refuse it}; in a stack, one bad matrix is enough.
+    cases = [(np.array([[1, 2, 0], [2, 4, 0], [0, 0, 1]], np.float32), (L.inv, solve)),
+             (np.array([[1, 2, 0], [2, 1, 0], [0, 0, 1]], np.float32), (L.cholesky,))]
+    for bad, ops in cases:
+        stack = np.stack([np.eye(3, dtype=np.float32)] * (batch[0] - 1) + [bad]) if batch else bad
+        for f in ops:
+            for dev in (mx.cpu, mx.gpu):
+                with mx.stream(dev), pytest.raises(LinAlgError,
+                                                   match=r"\[(Inverse|Solve|Cholesky)\]"):
+                    mx.eval(f(mx.array(stack)))
 
 
 @needs_gpu

@@ -128,3 +128,14 @@ def test_at_op_prefixes_once():
     e = at_op(ShapeError("bad"), "add")
     assert str(e) == "[add] bad"
     assert str(at_op(e, "sum")) == "[add] bad"
+
+
+def test_numpy_scalar_subclasses_of_python_scalars_are_weak_scalars():
+    # np.float64 is a float: MLX takes it as a weak Python float (int8 * 2.0 -> float32),
+    # and lazyx once recursed forever on it (RecursionError).
+    import numpy as np
+    import lazyx.core as lx
+    r = lx.array([1, 2], lx.int8) * np.float64(2.0)
+    assert r.dtype == lx.float32 and r.tolist() == [2.0, 4.0]
+    m = lx.minimum(np.float64(2.0), lx.array([1.0, 5.0], lx.float16))
+    assert m.dtype == lx.float16 and m.tolist() == [1.0, 2.0]

@@ -409,3 +409,24 @@ def test_jvp_tangent_dtypes(name, fun, primal, tangent):
         t = m.array(tangent[1], dtype=getattr(m, tangent[0]))
         return m.jvp(fun(m), [p], [t])
     same(run, rtol=2e-3)
+
+
+# -- vmap of reductions that count elements, in and around a shapeless compile -------------
+@pytest.mark.parametrize("name, fun", [
+    ("compile(vmap(mean))", lambda m: m.compile(m.vmap(lambda x: m.mean(x)), shapeless=True)),
+    ("compile(vmap(mean axis 0))",
+     lambda m: m.compile(m.vmap(lambda x: m.mean(x, axis=0)), shapeless=True)),
+    ("compile(vmap(var))", lambda m: m.compile(m.vmap(lambda x: m.var(x)), shapeless=True)),
+    ("compile(vmap(std ddof=1))",
+     lambda m: m.compile(m.vmap(lambda x: m.std(x, ddof=1)), shapeless=True)),
+    ("compile(vmap(mean), in_axes=1)",
+     lambda m: m.compile(m.vmap(lambda x: m.mean(x), in_axes=1), shapeless=True)),
+    ("vmap(compile(mean))", lambda m: m.vmap(m.compile(lambda x: m.mean(x), shapeless=True))),
+    ("vmap(compile(var))", lambda m: m.vmap(m.compile(lambda x: m.var(x), shapeless=True))),
+])
+def test_vmap_of_counting_reductions_at_a_new_batch_size(name, fun):
+    # (4, 3) traces; (6, 5) replays with another batch size and row length.
+    def run(m):
+        f = fun(m)
+        return [f(_arange(m, s) * 0.37 - 1) for s in [(4, 3), (6, 5)]]
+    same(run, rtol=1e-5, atol=1e-6)

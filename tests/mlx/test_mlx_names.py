@@ -14,24 +14,12 @@ from mlx_compat import mlx, requires_mlx
 
 pytestmark = requires_mlx
 
-_CONV = "planned: issue 14 (convolutions)"
-_QUANT = "planned: issue 14 (quantization)"
-_GATHER = "planned: issue 14 (gathered and masked matmuls)"
-
 #: {module: {name: reason}}: MLX names lazyx may lack for now.
 ALLOWED = {
     "": {
-        "conv1d": _CONV, "conv2d": _CONV, "conv3d": _CONV, "conv_general": _CONV,
-        "conv_transpose1d": _CONV, "conv_transpose2d": _CONV, "conv_transpose3d": _CONV,
-        "convolve": _CONV,
-        "quantize": _QUANT, "dequantize": _QUANT, "quantized_matmul": _QUANT,
-        "qqmm": _QUANT, "gather_qmm": _QUANT, "gather_qqmm": _QUANT,
-        "gather_mm": _GATHER, "segmented_mm": _GATHER, "block_masked_mm": _GATHER,
-        "hadamard_transform": "planned: issue 14 (fast transforms)",
-        "fast": "planned: issue 14 (fused norms, rope, attention)",
         "distributed": "planned: issue 18 (collectives)",
     },
-    "linalg": {}, "fft": {}, "random": {}, "metal": {}, "cuda": {},
+    "linalg": {}, "fft": {}, "fast": {}, "random": {}, "metal": {}, "cuda": {},
     "array": {},
 }
 

@@ -33,6 +33,8 @@ NO_STREAM = {"broadcast_shapes", "random.key", "random.seed", "random.state"}
 NO_STREAM |= {"save", "savez", "savez_compressed", "save_safetensors", "save_gguf"}
 # Graph and path queries, and the device namespaces (queries of a backend, not ops).
 NO_STREAM |= {"einsum_path", "depends"}
+# Custom-kernel factories (MLX's): the kernel they return takes stream=.
+NO_STREAM |= {"fast.cuda_kernel", "fast.metal_kernel"}
 NO_STREAM |= {"cuda.is_available"} | {"metal." + n for n in (
     "is_available", "device_info", "start_capture", "stop_capture", "get_active_memory",
     "get_peak_memory", "reset_peak_memory", "get_cache_memory", "clear_cache",

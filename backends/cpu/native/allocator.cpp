@@ -6,11 +6,15 @@
 // Each block carries a small header (capacity, base pointer, a tag), so the
 // accounting never depends on the size NumPy passes to free.
 //
-// Blocks of kMinCached bytes or more are rounded up to whole pages, aligned to
-// 64 bytes, and when freed go to an LRU cache keyed by capacity instead of to
-// the system: reusing them avoids the page faults a fresh mmap costs on every
-// large allocation. The cache stays under the cache limit, and is released
-// when active + cache + a new request would pass the memory limit.
+// The figures are MLX's: a block counts the bytes it was asked for (no
+// rounding, no header), a freed block goes to an LRU cache keyed by size while
+// the cache stays under the cache limit (MLX's rule: a block that would pass it
+// is freed instead), and a request takes the smallest cached block that fits
+// and is less than twice its size (or two pages larger), counted at that
+// block's size. Reuse avoids the page faults a fresh mmap costs on every large
+// allocation. Blocks of kMinAligned bytes or more are aligned to 64 bytes. The
+// cache is released when active + cache + a new request would pass the memory
+// limit. reset_peak() sets the peak to 0, as MLX does.
 #include "allocator.h"
 
 #define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
@@ -31,13 +35,13 @@ namespace lazyx::memory {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr size_t kMinCached = 16 * 1024;
+constexpr size_t kMinAligned = 16 * 1024;
 constexpr size_t kAlign = 64;
 constexpr uint64_t kTag = 0x6c617a7978626c6bULL;  // "lazyxblk"
 
 struct Header {
   uint64_t tag;
-  size_t capacity;  // usable bytes after the header
+  size_t capacity;  // usable bytes after the header: the bytes counted
   void* base;       // what the system allocator returned
   size_t pad;
 };
@@ -106,7 +110,7 @@ void count_locked(State& s, size_t cap) {
 
 // A new block from the system: `cap` usable bytes, zeroed if asked.
 void* system_block(size_t cap, bool zero) {
-  const bool large = cap >= kMinCached;
+  const bool large = cap >= kMinAligned;
   const size_t extra = sizeof(Header) + (large ? kAlign : 0);
   if (cap > SIZE_MAX - extra) return nullptr;
   void* base = zero ? std::calloc(1, cap + extra) : std::malloc(cap + extra);
@@ -121,19 +125,12 @@ void* system_block(size_t cap, bool zero) {
   return reinterpret_cast<void*>(data);
 }
 
-inline size_t capacity_for(size_t size) {
-  if (size < kMinCached) return size;
-  if (size > SIZE_MAX - kPage) return SIZE_MAX;
-  return (size + kPage - 1) / kPage * kPage;
-}
-
 void* allocate(size_t size, bool zero) {
   State& s = state();
-  const size_t cap = capacity_for(size);
-  if (cap == SIZE_MAX) return nullptr;
+  const size_t cap = size;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    if (cap >= kMinCached) {
+    if (s.cache > 0) {
       if (void* data = take_cached_locked(s, cap)) {
         count_locked(s, header_of(data)->capacity);
         if (zero) std::memset(data, 0, size);
@@ -163,11 +160,10 @@ void deallocate(void* data) {
   const size_t cap = h->capacity;
   std::lock_guard<std::mutex> lock(s.mu);
   s.active -= std::min(s.active, cap);
-  if (cap >= kMinCached && cap <= s.cache_limit) {
+  if (cap > 0 && s.cache + cap <= s.cache_limit) {  // an empty block is never reused
     s.lru.emplace_front(cap, data);
     s.by_size.emplace(cap, s.lru.begin());
     s.cache += cap;
-    trim_cache_locked(s, s.cache_limit);
   } else {
     h->tag = 0;
     release_block(data);
@@ -210,7 +206,7 @@ Stats stats() {
 void reset_peak() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  s.peak = s.active;
+  s.peak = 0;
 }
 
 void clear_cache() {

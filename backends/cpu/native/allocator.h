@@ -1,5 +1,5 @@
 // lazyx's NumPy allocation handler: counts the bytes of the buffers it hands
-// out (active, peak) and keeps freed large blocks in a size-keyed cache.
+// out (active, peak), as MLX counts them, and keeps freed blocks in a size-keyed cache.
 #pragma once
 
 #include <Python.h>
@@ -10,7 +10,7 @@ namespace lazyx::memory {
 
 struct Stats {
   size_t active;  // bytes of live blocks this handler allocated
-  size_t peak;    // most active bytes since start or reset_peak()
+  size_t peak;    // most active bytes since start or reset_peak() (which sets 0)
   size_t cache;   // bytes of freed blocks kept for reuse
 };
 

@@ -146,7 +146,7 @@ NB_MODULE(_native, m) {
         return d;
       },
       "{'active', 'peak', 'cache'} in bytes, for buffers lazyx's handler allocated.");
-  m.def("reset_peak_memory", &lazyx::memory::reset_peak, "Set the peak to the current active bytes.");
+  m.def("reset_peak_memory", &lazyx::memory::reset_peak, "Set the peak to 0, as MLX does.");
   m.def("clear_cache", &lazyx::memory::clear_cache, "Return every cached block to the system.");
   m.def("get_memory_limit", &lazyx::memory::memory_limit);
   m.def("get_cache_limit", &lazyx::memory::cache_limit);

@@ -1,5 +1,97 @@
-"""Native kernels of the ``conv`` op pack on the ``cpu`` backend (being built)."""
+"""Native kernels of the ``conv`` op pack on the ``cpu`` backend.
+
+A :class:`~lazyx.plugins.conv.Convolution` in float32 or float64 runs as blocked
+im2col + GEMM: for each block of output positions, the C++ ``conv_im2col``
+(``backends/cpu/native/conv.cpp``, both cores) writes the block's column matrix
+``(rows, groups, taps * C_in / groups)`` into one reused buffer, and ``np.matmul``
+(NumPy's threaded OpenBLAS, which the C++ cannot link) multiplies it with the weight
+``(groups, taps * C_in / groups, C_out / groups)`` straight into the output. Blocks of
+a few MB keep the column matrix in cache between the copy and the GEMM and bound the
+scratch memory, however large the convolution. A 1x1 convolution without padding,
+strides or dilation needs no columns: the input is the matrix.
+
+Other dtypes (float16, bfloat16, complex) take the NumPy kernel, which accumulates
+them in float32 / complex.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from lazyx.plugins.conv import Convolution
+
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
+#: Elements of the column matrix per block (float32: 16 MB), and the fewest rows of
+#: a block: OpenBLAS slows down tenfold on products of few rows with a long inner
+#: dimension (64 x 32768 by 32768 x 64, a weight gradient's shape), measured.
+BLOCK, MIN_ROWS = 1 << 22, 512
+
+
+def _geometry(p, x: np.ndarray, w: np.ndarray, out_shape: tuple) -> list:
+    """``conv_im2col``'s geometry: n, c, groups, then per axis (three, the missing
+    trailing ones of size 1) in, out, k, stride, padding_lo, kernel and input dilation."""
+    nd = x.ndim - 2
+    geo = [x.shape[0], x.shape[-1], p.groups]
+    for i in range(3):
+        if i < nd:
+            geo += [x.shape[i + 1], out_shape[i + 1], w.shape[i + 1], p.strides[i], p.padding_lo[i],
+                    p.kernel_dilation[i], p.input_dilation[i]]
+        else:
+            geo += [1, 1, 1, 1, 0, 1, 1]
+    return geo
+
+
+def _pointwise(p, kernel: tuple) -> bool:
+    """Whether every window is one input element, the output position's own."""
+    return (all(k == 1 for k in kernel) and all(s == 1 for s in p.strides) and not any(p.padding_lo)
+            and not any(p.padding_hi) and all(d == 1 for d in p.input_dilation))
 
 
 def kernels(native, reference) -> dict:
-    return {}
+    im2col = getattr(native, "conv_im2col", None)
+    if im2col is None:
+        return {}
+    fallback = reference[Convolution]
+
+    def convolution(p, inputs):
+        x, w = inputs
+        if x.dtype not in _NATIVE or w.dtype != x.dtype or x.size == 0 or w.size == 0:
+            return fallback(p, inputs)
+        nd = x.ndim - 2
+        kernel = w.shape[1:-1]
+        out_shape = p.output_shapes(inputs)[0]
+        g, c_out = p.groups, w.shape[0]
+        og = c_out // g
+        if p.flip:
+            w = w[(slice(None),) + (slice(None, None, -1),) * nd]
+        # (G, Og, taps * Cg), the columns' order, transposed for the product
+        wk = np.ascontiguousarray(w).reshape(g, og, -1).transpose(0, 2, 1)
+        width = wk.shape[1] * g
+        rows = int(np.prod(out_shape[:-1], dtype=np.int64))
+        out = np.empty((rows, c_out), x.dtype)
+        if _pointwise(p, kernel):
+            _product(np.ascontiguousarray(x).reshape(rows, width), wk, out, g)
+            return out.reshape(out_shape)
+        x = np.ascontiguousarray(x)
+        geo = _geometry(p, x, w, out_shape)
+        blocks = max(1, min(-(-rows * width // BLOCK), rows // MIN_ROWS))
+        block = -(-rows // blocks)
+        cols = np.empty((block, width), x.dtype)
+        xb, cb, size = x.reshape(-1).view(np.uint8), cols.reshape(-1).view(np.uint8), x.itemsize
+        for r0 in range(0, rows, block):
+            r = min(block, rows - r0)
+            im2col(xb, cb, geo, r0, r, size)
+            _product(cols[:r], wk, out[r0:r0 + r], g)
+        return out.reshape(out_shape)
+
+    convolution.reference = fallback
+    return {Convolution: convolution}
+
+
+def _product(cols: np.ndarray, wk: np.ndarray, out: np.ndarray, groups: int) -> None:
+    """``out = cols @ wk`` group by group: cols ``(rows, G * width)``, wk ``(G, width, Og)``."""
+    if groups == 1:
+        np.matmul(cols, wk[0], out=out)
+        return
+    rows = cols.shape[0]
+    per_group = np.matmul(cols.reshape(rows, groups, -1).transpose(1, 0, 2), wk)  # (G, rows, Og)
+    out.reshape(rows, groups, -1)[...] = per_group.transpose(1, 0, 2)

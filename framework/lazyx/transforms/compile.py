@@ -29,6 +29,15 @@ How a call of ``compile(fun)`` runs:
    calling the kernel the active backend registers for it, intermediates
    released after their last use. The outputs of the ``outputs=`` trees are
    written back into those trees after the call.
+5. **Donation.** As in MLX, an input buffer nothing else references becomes the
+   output of the fused kernel that reads it last (same shape and dtype, one
+   output), so ``y = f(x); del x`` needs one buffer, not two. The tape says
+   statically which slots may donate (:func:`_donor_candidates`); whether one
+   does is decided per call by reference counts: a call's input array must be
+   held by the node alone and its buffer by that array alone (no view, no NumPy
+   array or memoryview or DLPack capsule sharing it), an intermediate by the plan
+   alone. Captured constants never donate; nor does anything while a transform
+   retains the graph.
 
 Transforms see through a compiled call: :class:`CompiledCall`'s ``vjp``,
 ``jvp`` and ``vmap`` rebuild the (unfused) tape as ordinary lazy ops on the
@@ -62,6 +71,7 @@ import builtins
 import functools
 import itertools
 import os
+import sys
 
 import numpy as np
 
@@ -74,7 +84,7 @@ from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, KernelOutputError, ShapelessCompileError, TransformError
 from ..primitive import Primitive
-from .fusion import fuse_elementwise
+from .fusion import Compiled, fuse_elementwise
 from .placeholder import InputPlaceholder
 from .tape import Tape, TapeNode
 from . import autodiff
@@ -88,6 +98,7 @@ __all__ = ["compile", "enable_compile", "disable_compile", "CompiledCall", "Comp
 _array = array
 _seq = itertools.count(1)
 _ndarray = np.ndarray
+_new_prim = object.__new__
 #: Constants up to this many bytes are compared by value and merged.
 MERGE_CONSTANT_BYTES = 1024
 #: Leaf types that a compiled function takes as constants (part of the signature).
@@ -405,27 +416,95 @@ def _fix(o):
     return np.asarray(o)
 
 
+# -- donation ---------------------------------------------------------------------
+_count = sys.getrefcount
+
+
+def _own_references() -> int:
+    o = object()  # held by this frame's local alone
+    return _count(o) - 1
+
+
+#: What a call of ``sys.getrefcount`` adds to the references of the object it is given,
+#: measured once: ``_count(x) - _OWN`` is how many references ``x`` has, the caller's
+#: local included, whatever this Python's calling convention adds.
+_OWN = _own_references()
+
+
+def _donor_candidates(tape: Tape) -> dict:
+    """``{node index: ((input position, slot), ...)}``: the inputs of the tape's fused
+    nodes whose buffer may become the node's output. A candidate is read by that node
+    once and last, is no output and no constant of the tape, and has the dtype (and,
+    unless shapeless, the shape) of the node's only output."""
+    last: dict = {}
+    for i, n in enumerate(tape.nodes):
+        for s in n.inputs:
+            last[s] = i
+    keep = set(tape.outputs) | set(tape.constants)
+    out: dict = {}
+    for i, n in enumerate(tape.nodes):
+        if type(n.prim) is not Compiled or len(n.outputs) != 1:
+            continue
+        o = n.outputs[0]
+        got = tuple((j, s) for j, s in enumerate(n.inputs)
+                    if last[s] == i and s not in keep and n.inputs.count(s) == 1
+                    and tape.dtypes[s] is tape.dtypes[o]
+                    and (tape.shapeless or tape.shapes[s] == tape.shapes[o]))
+        if got:
+            out[i] = got
+    return out
+
+
+def _donors(ins, inputs, positions) -> tuple:
+    """The positions among ``positions`` of the node inputs that may donate their
+    buffer: the array ``ins[k]`` is held by the node's input tuple alone (once), and
+    its buffer ``inputs[k]`` by that array and the scheduler's list alone, owns its
+    memory and is writeable."""
+    out = ()
+    for k in positions:
+        x = ins[k]
+        buf = inputs[k]
+        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and type(buf) is _ndarray \
+                and buf.base is None and buf.flags.writeable:
+            out += (k,)
+    return out
+
+
 def _make_runner(tape: Tape, bound: list, tables, checked: bool):
-    """The plan of ``tape`` as a Python function ``run(buffers)`` for dispatch ``tables``.
+    """The plan of ``tape`` as a Python function ``run(buffers, donors)`` for dispatch
+    ``tables``.
 
     Each node is one line ``sN = kernel(prim, [sA, sB])``; a slot is deleted after
     its last use so intermediates are freed as the plan goes. With ``checked``
     (the test suite), every node's outputs are checked against the tape. ``bound``
     gives the slot of each of the node's inputs (None: not read by this tape).
+    A fused node whose kernel takes donors (``kernel.donates``) gets a third
+    argument: the positions of its inputs it may write its output into, those of
+    its candidates (:func:`_donor_candidates`) that are call inputs named in
+    ``donors`` or intermediates held by the plan alone.
     """
-    ns = {"_fix": _fix, "_check": _check_node}
+    ns = {"_fix": _fix, "_check": _check_node, "_count": _count, "_OWN": _OWN}
     last: dict = {}
     for i, n in enumerate(tape.nodes):
         for s in n.inputs:
             last[s] = i
     outputs = set(tape.outputs)
-    lines = ["def run(ins):"]
+    candidates = _donor_candidates(tape)
+    position = {s: k for k, s in reversed(list(enumerate(bound))) if s is not None}
+    lines = ["def run(ins, donors):"]
     if bound:
         lines.append(f"    {''.join('_, ' if s is None else f's{s}, ' for s in bound)}= ins")
     for i, n in enumerate(tape.nodes):
-        ns[f"k{i}"] = tables[n.prim.stream.kind][type(n.prim)]
+        kernel = ns[f"k{i}"] = tables[n.prim.stream.kind][type(n.prim)]
         ns[f"p{i}"] = n.prim
-        call = f"k{i}(p{i}, [{', '.join(f's{s}' for s in n.inputs)}])"
+        donate = ""
+        if i in candidates and getattr(kernel, "donates", False):
+            terms = [f"(({j},) if {position[s]} in donors else ())" if s in position
+                     else f"(({j},) if _count(s{s}) - _OWN == 1 else ())"
+                     for j, s in candidates[i]]
+            lines.append(f"    d{i} = {' + '.join(terms)}")
+            donate = f", d{i}"
+        call = f"k{i}(p{i}, [{', '.join(f's{s}' for s in n.inputs)}]{donate})"
         outs = n.outputs
         if len(outs) == 1:
             s = outs[0]
@@ -439,9 +518,9 @@ def _make_runner(tape: Tape, bound: list, tables, checked: bool):
         if checked:
             ns[f"n{i}"] = n
             ns[f"e{i}"] = None if tape.shapeless else [tape.shapes[s] for s in outs]
-            ns[f"d{i}"] = [tape.dtypes[s] for s in outs]
+            ns[f"t{i}"] = [tape.dtypes[s] for s in outs]  # not d{i}: the donors' local
             lines.append(f"    _check(n{i}, [{', '.join(f's{s}' for s in outs)}], "
-                         f"[{', '.join(f's{s}' for s in n.inputs)}], e{i}, d{i})")
+                         f"[{', '.join(f's{s}' for s in n.inputs)}], e{i}, t{i})")
         dead = [s for s in set(n.inputs) if last[s] == i and s not in outputs]
         dead += [s for s in outs if s not in last and s not in outputs]  # never read
         if dead:
@@ -513,11 +592,27 @@ class _Entry:
         # One array returned as is, nothing written back: the call is one lazy().
         self.bare = self.single and out_def is None and n_returned == 1
         self.prim = CompiledCall(to_stream(None), self)
+        self.prim._ins = None
+        # The call inputs (positions in the node's inputs) that may donate their buffer:
+        # a call then gets a primitive of its own that knows the node's input arrays.
+        slots = {s for c in _donor_candidates(run_tape).values() for _, s in c}
+        self.donor_positions = tuple(k for k, s in enumerate(self.run_bound) if s in slots)
         self._runner = None
         self._tables = None
         self._checked = None
         self._shapes_memo: dict = {}
         self._derived: dict = {}
+
+    def call_prim(self, ins: tuple):
+        """The primitive of one call on node inputs ``ins``: the shared one, or, when an
+        input may donate its buffer, one that holds ``ins`` for the check at evaluation."""
+        if not self.donor_positions:
+            return self.prim
+        p = _new_prim(CompiledCall)
+        p.stream = self.prim.stream
+        p.entry = self
+        p._ins = ins
+        return p
 
     def _bound(self, tape: Tape) -> list:
         where = {id(c): s for s, c in tape.constants.items()}
@@ -637,7 +732,7 @@ class CompiledCall(Primitive):
     vectorisation see through the call.
     """
 
-    __slots__ = ("entry",)
+    __slots__ = ("entry", "_ins")
     entry: _Entry
 
     def output_shapes(self, inputs):
@@ -650,7 +745,12 @@ class CompiledCall(Primitive):
             t = _backend.dispatch_tables()
         if e._tables is not t[0] or e._checked is not _scheduler.check_shape_rules:
             e.rebuild(t[0])
-        return e._runner(inputs)
+        ins = self._ins
+        if ins is None or _scheduler.retain_graph.depth:
+            return e._runner(inputs, ())
+        # The node's inputs are checked here, where the scheduler holds no other
+        # reference to them: see "Donation" in the module docstring.
+        return e._runner(inputs, _donors(ins, inputs, e.donor_positions))
 
     eval_gpu = eval_cpu
 
@@ -795,10 +895,11 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
                     cache.hits += 1
                     if entry.bare and not settings.tracing:
                         ins = args + entry.consts
+                        prim = entry.prim if not entry.donor_positions else entry.call_prim(ins)
                         if shapeless:
                             return lazy(tuple(entry.output_shapes(ins)[0]), entry.out_dtypes[0],
-                                        entry.prim, ins)
-                        return lazy(entry.out_shapes[0], entry.out_dtypes[0], entry.prim, ins)
+                                        prim, ins)
+                        return lazy(entry.out_shapes[0], entry.out_dtypes[0], prim, ins)
                     return _call(entry, args, (), None)
         if kwargs:
             leaves, treedef = flatten((args, kwargs))
@@ -836,7 +937,7 @@ def _call(entry: _Entry, leaves, state, state_out):
         # Inside another compile's trace: inline, so the outer tape sees every node.
         outs = entry.inline(ins)
     else:
-        prim = entry.prim
+        prim = entry.call_prim(ins)
         if entry.single:
             outs = [lazy(tuple(entry.output_shapes(ins)[0]), entry.out_dtypes[0], prim, ins)]
         else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from ..array import array, lazy
+from ..array import array, lazy, lazy_multi
 from ..device import to_stream
 from ..errors import ArgumentError, AxisError, ShapeError, TransformError
 from ..scheduler import tracing as _tracing, unevaluated_order
@@ -72,14 +72,19 @@ def _arg_paths(treedef) -> list:
 def _replay(outputs, mapped: dict, size: int) -> None:
     """Batch every node between the placeholders in ``mapped`` and ``outputs``.
 
-    ``mapped`` maps ``id(array)`` to ``(batched array, axis)``; it is filled in for
-    every node that depends on a placeholder.
+    ``mapped`` maps ``id(array)`` to ``(replacement, axis)``; it is filled in for
+    every node that depends on a placeholder. ``axis`` is None for a value a rule
+    found to be the same for every example (an element count): it stays unbatched,
+    as in MLX, and its consumers see it as an unbatched input. Broadcasting it to
+    ``size`` here would bake the batch size into the graph, which a shapeless
+    compile then replays at other sizes.
     """
     order = unevaluated_order(outputs)
     get = mapped.get
     for a in order:
         ins = a._inputs
         new_ins = None
+        batched = False
         for i, x in enumerate(ins):
             m = get(id(x))
             if m is not None:
@@ -88,27 +93,38 @@ def _replay(outputs, mapped: dict, size: int) -> None:
                     axes = [None] * len(ins)
                 new_ins[i] = m[0]
                 axes[i] = m[1]
+                batched = batched or m[1] is not None
         if new_ins is None:
             continue
         prim = a._prim
         sib = a._siblings
         outs = (a,) if sib is None else sib
+        if not batched:  # only unbatched replacements: the same node on them
+            res = [lazy(a._shape, a._dtype, prim, tuple(new_ins))] if sib is None else \
+                lazy_multi([o._shape for o in sib], [o._dtype for o in sib], prim, tuple(new_ins))
+            for o, b in zip(outs, res):
+                mapped[id(o)] = (b, None)
+            continue
         res, res_axes = prim.vmap(new_ins, axes)
         if len(res) != len(outs) or len(res_axes) != len(outs):
             raise TransformError(f"[{prim.name}.vmap] returned {len(res)} outputs and "
                                  f"{len(res_axes)} axes for a node with {len(outs)} outputs.")
         for j, (o, b, ax) in enumerate(zip(outs, res, res_axes)):
-            if ax is None:
-                b, ax = add_batch_axis(b, 0, size), 0
-            elif ax < 0:
-                ax += len(b._shape)
             s = o._shape
-            want = s[:ax] + (size,) + s[ax:]
+            if ax is None:
+                want = s
+            else:
+                if ax < 0:
+                    ax += len(b._shape)
+                want = s[:ax] + (size,) + s[ax:]
             if b._shape != want or b._dtype is not o._dtype:
                 raise TransformError(
                     f"[{prim.name}.vmap] output {j} has shape {b._shape} and dtype "
-                    f"{b._dtype.name}; batching shape {s} at axis {ax} over {size} examples "
-                    f"needs shape {want} and dtype {o._dtype.name}.")
+                    f"{b._dtype.name}; " + (f"unbatched (axis None) it needs shape {s}"
+                                           if ax is None else
+                                           f"batching shape {s} at axis {ax} over {size} "
+                                           f"examples needs shape {want}")
+                    + f" and dtype {o._dtype.name}.")
             mapped[id(o)] = (b, ax)
 
 
@@ -226,6 +242,8 @@ def vmap(fun, in_axes=0, out_axes=0):
         for x, oa, p in zip(out_leaves, oaxes, out_paths):
             oa = _axis_value(oa, f"output{p}", "out_axes")
             m = mapped.get(id(x))
+            if m is not None and m[1] is None:  # the same for every example
+                x, m = m[0], None
             if oa is None:
                 if m is not None:
                     raise ArgumentError(f"[vmap] out_axes is None for output{p}, but it depends "

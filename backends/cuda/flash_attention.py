@@ -1,0 +1,338 @@
+"""A tensor-core flash-attention forward kernel (FlashAttention-2's scheme) for the
+common case of ``fast.scaled_dot_product_attention`` on the GPU.
+
+Covered: float16 and bfloat16 ``q``/``k``/``v`` of head dimension 64 or 128 (the same
+for ``v``), no mask or the ``"causal"`` mask (lower-right aligned as MLX, ``Tq <= Tk``),
+grouped-query heads. :func:`flash_attention` returns None for anything else and the
+caller (``backends/cuda/fast.py``) runs its general warp-per-row kernel.
+
+The flow of one thread block (4 warps, 128 threads) for one (batch, query head,
+64-query tile):
+
+1. each warp loads its 16 query rows straight into ``mma`` A fragments (registers);
+2. for each 64-key tile of the kv head (causal: only tiles at or left of the tile's
+   diagonal), K and V are copied to shared memory with ``cp.async`` — V's copy runs
+   while ``S = Q·Kᵀ`` is computed, the next K's while ``O += P·V`` is;
+3. ``S`` is computed with ``mma.sync.m16n8k16`` (fp32 accumulators, K's B fragments
+   by ``ldmatrix``), scaled by ``scale·log2(e)``, masked (keys past ``Tk``, and past
+   the diagonal), and folded into the online softmax: a running maximum and sum per
+   row, the previous ``O`` rescaled;
+4. ``P = exp2(S - m)`` is packed to 16-bit pairs in registers — the accumulator layout
+   of ``S`` is exactly the A-fragment layout of ``P·V`` — and ``O += P·V`` (V's B
+   fragments by ``ldmatrix.trans``);
+5. ``O / l`` is written in the input dtype.
+
+Scores, softmax and accumulation are float32, as the CPU kernels; ``P`` is rounded to
+the input dtype before ``P·V`` (as every flash kernel does). Written from the PTX ISA's
+fragment layouts; the GPU test (tests/backends/test_cuda_flash_attention.py) covers it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+
+from .runtime import CudaKernel
+
+#: Query rows and key rows per tile; 4 warps of 16 query rows each.
+BLOCK_Q = 64
+BLOCK_K = 64
+WARPS = 4
+
+_SOURCE = r"""
+#define LX_NEG_INF __int_as_float(0xff800000)
+#define BQ 64
+#define BK 64
+#define NWARPS 4
+
+// The mma instruction and the f32 -> 16-bit pair packing per input dtype.
+template <int BF> struct Mma;
+template <> struct Mma<0> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // lo goes to the low 16 bits (the lower column), hi to the high ones
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+  }
+  static __device__ __forceinline__ unsigned short one(float x) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x)); return h;
+  }
+};
+template <> struct Mma<1> {
+  static __device__ __forceinline__ void run(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+    unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+  }
+  static __device__ __forceinline__ unsigned short one(float x) {
+    unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x)); return h;
+  }
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (rows past the sequence's end).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// One 64-row tile of K or V (rows [row0, row0 + 64) of a (T, D) matrix) into shared
+// memory rows of STRIDE elements; rows at or past T are zeros.
+template <int D, int STRIDE>
+__device__ __forceinline__ void load_tile(unsigned short* dst, const unsigned short* src, int row0, int T) {
+  constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+  #pragma unroll
+  for (int n = 0; n < BK * CHUNKS / (NWARPS * 32); ++n) {
+    const int i = n * NWARPS * 32 + threadIdx.x;
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    const bool valid = row0 + r < T;
+    const unsigned short* s = src + (long long)(valid ? row0 + r : 0) * D + c * 8;
+    cp_async16(dst + r * STRIDE + c * 8, s, valid);
+  }
+}
+
+// q (B, Hq, Tq, D), k/v (B, Hkv, Tk, D), out (B, Hq, Tq, D), all contiguous.
+// Grid: (ceil(Tq / 64), B * Hq); block: 128 threads. scale_log2 = scale * log2(e).
+template <int BF, int D, bool CAUSAL>
+__global__ void __launch_bounds__(NWARPS * 32)
+flash_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+          const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
+          int Hq, int Hkv, int Tq, int Tk, float scale_log2) {
+  constexpr int STRIDE = D + 8;   // padded rows: ldmatrix's 8 row addresses hit distinct banks
+  constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
+  constexpr int NT_S = BK / 8;    // n-tiles of S (8 keys each)
+  constexpr int NT_O = D / 8;     // n-tiles of O (8 columns each)
+  __shared__ __align__(16) unsigned short Ks[BK * STRIDE];
+  __shared__ __align__(16) unsigned short Vs[BK * STRIDE];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
+  // causal: the longest tiles (the last queries) start first
+  const int qtile = CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+  const int bh = blockIdx.y, h = bh % Hq, b = bh / Hq;
+  const int hk = h / (Hq / Hkv);
+  const int q0 = qtile * BQ;
+  const int off = Tk - Tq;  // query i sees keys j <= i + off (causal)
+
+  const unsigned short* qb = q + (long long)bh * Tq * D;
+  const unsigned short* kb = k + ((long long)b * Hkv + hk) * Tk * D;
+  const unsigned short* vb = v + ((long long)b * Hkv + hk) * Tk * D;
+
+  // keys this tile reads: causal, up to its last row's diagonal (that row sees key 0:
+  // the launcher takes only Tq <= Tk)
+  int kend = Tk;
+  if (CAUSAL) kend = min(Tk, min(q0 + BQ, Tq) + off);
+  const int ntiles = (kend + BK - 1) / BK;
+
+  load_tile<D, STRIDE>(Ks, kb, 0, Tk);
+  cp_async_commit();
+
+  // Q's A fragments: rows r0 = q0 + 16 warp + g and r0 + 8, columns 16 kk + 2t (+1, +8, +9)
+  const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+  unsigned qa[KSTEPS][4];
+  #pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) {
+    const int c = kk * 16 + 2 * t;
+    qa[kk][0] = r0 < Tq ? *(const unsigned*)(qb + (long long)r0 * D + c) : 0u;
+    qa[kk][1] = r1 < Tq ? *(const unsigned*)(qb + (long long)r1 * D + c) : 0u;
+    qa[kk][2] = r0 < Tq ? *(const unsigned*)(qb + (long long)r0 * D + c + 8) : 0u;
+    qa[kk][3] = r1 < Tq ? *(const unsigned*)(qb + (long long)r1 * D + c + 8) : 0u;
+  }
+
+  float o[NT_O][4];
+  #pragma unroll
+  for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {LX_NEG_INF, LX_NEG_INF};  // running max of rows r0, r1 (log2 units)
+  float l[2] = {0.0f, 0.0f};              // this thread's part of the running sums
+
+  // ldmatrix row addresses of this lane: matrix lane / 8, row lane % 8
+  const int mi = lane >> 3, mr = lane & 7;
+
+  for (int it = 0; it < ntiles; ++it) {
+    const int k0 = it * BK;
+    load_tile<D, STRIDE>(Vs, vb, k0, Tk);
+    cp_async_commit();
+    cp_async_wait<1>();  // K(it) landed (V(it) may still be in flight)
+    __syncthreads();
+
+    // S = Q·Kᵀ: 16 rows x 64 keys per warp
+    float s[NT_S][4];
+    #pragma unroll
+    for (int j = 0; j < NT_S; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      #pragma unroll
+      for (int np = 0; np < NT_S / 2; ++np) {
+        // matrices: (keys +0, cols +0), (keys +0, cols +8), (keys +8, cols +0), (keys +8, cols +8)
+        unsigned kf[4];
+        ldmatrix_x4(kf, Ks + (np * 16 + (mi >> 1) * 8 + mr) * STRIDE + kk * 16 + (mi & 1) * 8);
+        Mma<BF>::run(s[2 * np], qa[kk], kf[0], kf[1]);
+        Mma<BF>::run(s[2 * np + 1], qa[kk], kf[2], kf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with K(it): the next K may overwrite it
+    if (it + 1 < ntiles) load_tile<D, STRIDE>(Ks, kb, k0 + BK, Tk);
+    cp_async_commit();  // (an empty group on the last tile keeps the counting uniform)
+
+    // mask: keys past Tk, and (causal) past the row's diagonal; only edge tiles need it
+    const bool edge = k0 + BK > Tk || (CAUSAL && k0 + BK - 1 > q0 + off);
+    #pragma unroll
+    for (int j = 0; j < NT_S; ++j) {
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[j][e] * scale_log2;
+        if (edge) {
+          const int key = k0 + j * 8 + 2 * t + (e & 1);
+          const int row = (e < 2) ? r0 : r1;
+          if (key >= Tk || (CAUSAL && key > row + off)) x = LX_NEG_INF;
+        }
+        s[j][e] = x;
+      }
+    }
+
+    // online softmax, rows r0 (elements 0, 1) and r1 (elements 2, 3); a row's 64
+    // scores are spread over the 4 lanes of a quad
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+      #pragma unroll
+      for (int j = 0; j < NT_S; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == LX_NEG_INF ? 0.0f : mx;  // a row with no key yet
+      const float corr = exp2f(m[r] - base);
+      m[r] = mx;
+      float sum = 0.0f;
+      #pragma unroll
+      for (int j = 0; j < NT_S; ++j) {
+        const float p0 = exp2f(s[j][2 * r] - base), p1 = exp2f(s[j][2 * r + 1] - base);
+        s[j][2 * r] = p0;
+        s[j][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      l[r] = l[r] * corr + sum;
+      #pragma unroll
+      for (int j = 0; j < NT_O; ++j) {
+        o[j][2 * r] *= corr;
+        o[j][2 * r + 1] *= corr;
+      }
+    }
+
+    cp_async_wait<1>();  // V(it) landed (the next K may still be in flight)
+    __syncthreads();
+
+    // O += P·V: P's A fragments are S's accumulators, two 8-key n-tiles per k-step
+    #pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned pa[4];
+      pa[0] = Mma<BF>::pack(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = Mma<BF>::pack(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = Mma<BF>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = Mma<BF>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      #pragma unroll
+      for (int np = 0; np < NT_O / 2; ++np) {
+        // matrices: (keys +0, cols +0), (keys +8, cols +0), (keys +0, cols +8), (keys +8, cols +8)
+        unsigned vf[4];
+        ldmatrix_x4_trans(vf, Vs + (kk * 16 + (mi & 1) * 8 + mr) * STRIDE + np * 16 + (mi >> 1) * 8);
+        Mma<BF>::run(o[2 * np], pa, vf[0], vf[1]);
+        Mma<BF>::run(o[2 * np + 1], pa, vf[2], vf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with V(it)
+  }
+  cp_async_wait<0>();
+
+  // the full row sums, then O / l in the input dtype
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
+  unsigned short* ob = out + (long long)bh * Tq * D;
+  #pragma unroll
+  for (int j = 0; j < NT_O; ++j) {
+    const int c = j * 8 + 2 * t;
+    if (r0 < Tq) *(unsigned*)(ob + (long long)r0 * D + c) = Mma<BF>::pack(o[j][0] * inv0, o[j][1] * inv0);
+    if (r1 < Tq) *(unsigned*)(ob + (long long)r1 * D + c) = Mma<BF>::pack(o[j][2] * inv1, o[j][3] * inv1);
+  }
+}
+"""
+
+#: dtype -> (the kernel's BF template argument, the 16-bit view CuPy launches with)
+_TYPES = {np.dtype(np.float16): (0, np.dtype(np.uint16)),
+          np.dtype(ml_dtypes.bfloat16): (1, np.dtype(np.uint16))}
+_HEAD_DIMS = (64, 128)
+_NAMES = [f"flash_fwd<{bf},{d},{c}>" for bf in (0, 1) for d in _HEAD_DIMS for c in ("false", "true")]
+_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.flash_attention", name_expressions=_NAMES)
+
+
+def _aligned(a) -> bool:
+    # cp.async copies 16 bytes: every row must start on a 16-byte boundary
+    return a.data.ptr % 16 == 0
+
+
+def flash_attention(q, k, v, scale: float, causal: bool):
+    """``softmax(scale · q·kᵀ [causal]) · v`` on CuPy arrays with the tensor-core kernel.
+
+    Args:
+        q: ``(B, Hq, Tq, D)``; k, v: ``(B, Hkv, Tk, D)`` with ``Hq % Hkv == 0``, all of
+          one dtype (float16 or bfloat16).
+        scale (float): the scores' factor.
+        causal (bool): mask key ``j > i + Tk - Tq`` of query ``i``.
+
+    Returns:
+        The ``(B, Hq, Tq, D)`` output in q's dtype, or None when the case is not
+        covered (other dtypes or head dimensions, ``Tq > Tk`` with ``causal``, empty
+        arrays): the caller then runs its general kernel.
+    """
+    kind = _TYPES.get(q.dtype)
+    if kind is None or k.dtype != q.dtype or v.dtype != q.dtype:
+        return None
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return None
+    b, hq, tq, d = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    if d not in _HEAD_DIMS or k.shape[3] != d or v.shape != k.shape or k.shape[0] != b:
+        return None
+    if tq == 0 or tk == 0 or hkv == 0 or hq % hkv or b * hq > 65535:
+        return None
+    if causal and tq > tk:  # rows that see no key average all of them (MLX): general kernel
+        return None
+    bf, view = kind
+    q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
+    if not (_aligned(q) and _aligned(k) and _aligned(v)):
+        q, k, v = (a.copy() for a in (q, k, v))
+    out = cp.empty((b, hq, tq, d), q.dtype)
+    fn = _KERNEL.function(f"flash_fwd<{bf},{d},{'true' if causal else 'false'}>")
+    fn(((tq + BLOCK_Q - 1) // BLOCK_Q, b * hq), (WARPS * 32,),
+       (q.view(view), k.view(view), v.view(view), out.view(view), np.int32(hq), np.int32(hkv),
+        np.int32(tq), np.int32(tk), np.float32(scale * math.log2(math.e))))
+    return out

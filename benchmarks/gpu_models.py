@@ -1,0 +1,150 @@
+"""The kernels models are made of (issue 14) on an NVIDIA GPU, side by side with PyTorch.
+
+    python benchmarks/gpu_models.py [--quick]
+
+Rows, each against PyTorch on the same GPU in the same run (its cuDNN convolution,
+its fused ``scaled_dot_product_attention``) and against a device-to-device copy
+where the kernel is bandwidth-bound:
+
+- ``conv2d`` 3x3, 64->64 channels, 56x56, batch 32, bfloat16, channels last;
+- attention forward, bfloat16, batch 8, 16 heads, 2048 tokens, head dim 128, causal
+  (TFLOP/s counting the causal half of the products);
+- ``rms_norm`` and ``layer_norm`` of 16384x8192 bfloat16 (GB/s read + written);
+- a 4-bit ``quantized_matmul`` of 1x4096 by 4096x4096 (decode-shaped; GB/s of packed
+  weights, scales and biases read), against the copy's bandwidth: the bound.
+
+Every timing waits for the GPU; medians of interleaved repeats after warm-ups. The
+last column is lazyx's time over the best peer's (for the copy rows, the fraction of
+the copy's bandwidth lazyx reaches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.timing import compare  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    budget = 0.3 if args.quick else 1.0
+
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    import lazyx.core as mx
+
+    def sync():
+        cp.cuda.Device().synchronize()
+
+    def lz(f):
+        def run():
+            mx.eval(f())
+            sync()
+        return run
+
+    def tf(f):
+        def run():
+            f()
+            torch.cuda.synchronize()
+        return run
+
+    def cpf(f):
+        def run():
+            f()
+            sync()
+        return run
+
+    rows = []
+
+    def row(label, fns: dict, work=None, unit=""):
+        try:
+            t = compare(fns, budget_s=budget, rounds=4)
+        except Exception as exc:  # report, keep going
+            rows.append((label, [f"failed: {type(exc).__name__}: {str(exc)[:160]}"], float("nan"), ""))
+            return
+        best = min((v, k) for k, v in t.items() if k != "lazyx")
+        cells = [f"{k} {v * 1e6:9.1f} µs" + (f" ({work / v / 1e9:7.1f} {unit})" if work else "")
+                 for k, v in t.items()]
+        rows.append((label, cells, t["lazyx"] / best[0], best[1]))
+
+    gen = np.random.default_rng(0)
+    bf16 = mx.bfloat16
+
+    def both(shape, scale=1.0):
+        host = (gen.standard_normal(shape) * scale).astype(np.float32)
+        x = mx.astype(mx.array(host), bf16)
+        mx.eval(x)
+        return x, torch.as_tensor(host, device="cuda").to(torch.bfloat16)
+
+    # -- conv2d --------------------------------------------------------------------
+    x, tx = both((32, 56, 56, 64))
+    w, tw = both((64, 3, 3, 64), 0.05)
+    tx_cl = tx.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels last for cuDNN
+    tw_cl = tw.permute(0, 3, 1, 2)
+    flops = 2 * 32 * 56 * 56 * 64 * 64 * 9
+    row("conv2d 3x3 64->64 56^2 b32 bf16 (TFLOP/s)",
+        {"lazyx": lz(lambda: mx.conv2d(x, w, padding=1)),
+         "torch": tf(lambda: F.conv2d(tx_cl, tw_cl, padding=1))}, work=flops / 1e3, unit="TFLOP/s")
+
+    # -- attention -------------------------------------------------------------------
+    B, H, T, D = 8, 16, 2048, 128
+    q, tq = both((B, H, T, D))
+    k, tk = both((B, H, T, D))
+    v, tv = both((B, H, T, D))
+    scale = D ** -0.5
+    att_flops = 4 * B * H * T * T * D / 2  # two products, the causal half
+    row("attention b8 h16 T2048 d128 causal bf16 (TFLOP/s)",
+        {"lazyx": lz(lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")),
+         "torch": tf(lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale))},
+        work=att_flops / 1e3, unit="TFLOP/s")
+
+    # -- norms -------------------------------------------------------------------------
+    n, d = 16384, 8192
+    a, ta = both((n, d))
+    g, tg = both((d,))
+    bvec, tb = both((d,))
+    ca = a._data.view(cp.uint16)  # the copy of the same bytes (CuPy copies bfloat16 slowly)
+    moved = 2 * 2 * n * d
+    row("rms_norm 16384x8192 bf16 (GB/s r+w)",
+        {"lazyx": lz(lambda: mx.fast.rms_norm(a, g, 1e-5)),
+         "torch": tf(lambda: F.rms_norm(ta, (d,), tg, 1e-5)),
+         "cupy copy": cpf(lambda: ca.copy())}, work=moved, unit="GB/s")
+    row("layer_norm 16384x8192 bf16 (GB/s r+w)",
+        {"lazyx": lz(lambda: mx.fast.layer_norm(a, g, bvec, 1e-5)),
+         "torch": tf(lambda: F.layer_norm(ta, (d,), tg, tb, 1e-5)),
+         "cupy copy": cpf(lambda: ca.copy())}, work=moved, unit="GB/s")
+
+    # -- 4-bit quantized matmul, decode-shaped --------------------------------------------
+    wq, _ = both((4096, 4096), 0.05)
+    packed, scales, biases = mx.quantize(wq, group_size=64, bits=4)
+    xv, txv = both((1, 4096))
+    mx.eval(packed, scales, biases)
+    weight_bytes = packed.nbytes + scales.nbytes + biases.nbytes
+    # The bound: reading that many bytes at the copy's bandwidth (a copy of the same size).
+    same = cp.empty(weight_bytes // 2, dtype=cp.uint16)
+    twq = torch.as_tensor(np.asarray(mx.astype(wq, mx.float32)), device="cuda").to(torch.bfloat16)
+    row("quantized_matmul 4-bit 1x4096.4096^2 (GB/s of weights)",
+        {"lazyx": lz(lambda: mx.quantized_matmul(xv, packed, scales, biases, transpose=True,
+                                                 group_size=64, bits=4)),
+         "torch bf16 matmul": tf(lambda: txv @ twq.T),
+         "cupy copy (same bytes, r+w/2)": cpf(lambda: same.copy())},
+        work=weight_bytes, unit="GB/s")
+
+    print()
+    print(f"{'case':52s} | timings | lazyx / best peer")
+    for label, cells, ratio, best in rows:
+        print(f"{label:52s} | {' | '.join(cells)} | {ratio:.2f}x ({best})")
+
+
+if __name__ == "__main__":
+    main()
