@@ -11,6 +11,8 @@ so a plugin's fusible primitive cannot go untested.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import lazyx.core as mx
@@ -58,8 +60,12 @@ def fusible_primitives() -> list:
                   key=lambda c: (registry.primitives[c].name, c.name))
 
 
+@functools.lru_cache(maxsize=None)
 def makers(cls) -> list:
-    """``[(label, fn, roles)]`` for primitive class ``cls`` (empty: no way to make one)."""
+    """``[(label, fn, roles)]`` for primitive class ``cls`` (empty: no way to make one).
+
+    Cached: an example draws fresh random data on each call, and a walk that builds the
+    same nodes twice (once per device) must give both the same data."""
     if cls.name in MAKERS:
         return MAKERS[cls.name]()
     op = getattr(cls, "_op", None)

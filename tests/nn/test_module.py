@@ -200,8 +200,8 @@ def test_value_and_grad_and_checkpoint():
     value, grads = nn.value_and_grad(model, loss)(x)
     y = xn @ w.T + b
     np.testing.assert_allclose(float(value), (y ** 2).sum(), rtol=1e-5)
-    np.testing.assert_allclose(np.array(grads["layers"][0]["weight"]), 2 * y.T @ xn, rtol=1e-5)
-    np.testing.assert_allclose(np.array(grads["layers"][0]["bias"]), 2 * y.sum(0), rtol=1e-5)
+    np.testing.assert_allclose(np.array(grads["layers"][0]["weight"]), 2 * y.T @ xn, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.array(grads["layers"][0]["bias"]), 2 * y.sum(0), rtol=1e-5, atol=1e-5)
     # Frozen parameters get no gradient.
     model.layers[0].freeze(keys="bias")
     _, grads = nn.value_and_grad(model, loss)(x)
