@@ -141,9 +141,24 @@ def _matmul_vjp(a: array, b: array, g: array, argnums, out_pos: int, stream) -> 
             at = _transposed(a2, stream)
             if complex_:
                 at = mx.conjugate(at, stream=stream)
+            if na == 2 and nb == 2 and _is_matrix_transpose(b):
+                # b is W.T (a Linear layer: x @ W.T): (g.T @ a).T, whose transpose (the
+                # cotangent W gets through Transpose's vjp) is the contiguous g.T @ a, so an
+                # optimizer's update of W reads it in order, not as a strided view.
+                gt = _transposed(g, stream)
+                out.append(_transposed(mx.matmul(gt, mx.conjugate(a2, stream=stream) if complex_
+                                                 else a2, stream=stream), stream))
+                continue
             out.append(_reshape(sum_to_shape(mx.matmul(at, g, stream=stream), b2._shape, stream),
                                  b._shape, stream))
     return out
+
+
+def _is_matrix_transpose(x: array) -> bool:
+    """Whether ``x`` is an unevaluated transpose of a matrix (the layout of its data is
+    the transposed one)."""
+    p = x._prim
+    return p is not None and getattr(p, "axes", None) == (1, 0) and type(p).name == "Transpose"
 
 
 def _transposed(x: array, stream) -> array:

@@ -217,3 +217,20 @@ def test_vmap_of_grad_of_matmul_softmax_loss():
                     in_axes=(None, None, 0, 0), msg="per-batch gradients")
     check_vmap_loop(g, np.stack([w, 2 * w]).astype(np.float32), b.astype(np.float32),
                     xs[0], ys[0], in_axes=(0, None, None, None), msg="per-weight gradients")
+
+
+def test_weight_gradient_through_a_transpose_is_contiguous():
+    # x @ W.T (a Linear layer): W's cotangent is g.T @ x computed in W's layout, so an
+    # optimizer's update reads it in order (a strided view made Adam's adds ~10x slower).
+    import numpy as np
+    import lazyx.core as mx
+    gen = np.random.default_rng(3)
+    x = gen.standard_normal((5, 4)).astype(np.float32)
+    w = gen.standard_normal((3, 4)).astype(np.float32)
+    c = gen.standard_normal((5, 3)).astype(np.float32)
+    for f in (lambda w: (mx.matmul(mx.array(x), w.T) * mx.array(c)).sum(),
+              lambda w: (mx.addmm(mx.ones((3,)), mx.array(x), w.T) * mx.array(c)).sum()):
+        g = mx.grad(f)(mx.array(w))
+        mx.eval(g)
+        np.testing.assert_allclose(np.array(g), c.T.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
+        assert g._data.flags.c_contiguous
