@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from benchmarks.compile_fusion import chain  # noqa: E402
-from benchmarks.timing import compare  # noqa: E402
+from benchmarks.timing import Table, waiting  # noqa: E402
 
 
 def main(argv=None):
@@ -48,16 +48,10 @@ def main(argv=None):
     def tsync():
         torch.cuda.synchronize()
 
-    rows = []
+    table = Table(budget)
 
     def row(label, lazyx_fn, peers: dict, work=None, unit=""):
-        fns = {"lazyx": lazyx_fn, **{k: v for k, v in peers.items() if v is not None}}
-        t = compare(fns, budget_s=budget, rounds=4)
-        best = min((v, k) for k, v in t.items() if k != "lazyx")
-        cells = []
-        for k, v in t.items():
-            cells.append(f"{k} {v * 1e6:9.1f} µs" + (f" ({work / v / 1e9:7.1f} {unit})" if work else ""))
-        rows.append((label, cells, t["lazyx"] / best[0], best[1]))
+        table.row(label, {"lazyx": lazyx_fn, **peers}, work, unit)
 
     gen = np.random.default_rng(0)
     # -- per-op overhead ----------------------------------------------------------
@@ -85,7 +79,6 @@ def main(argv=None):
         for _ in range(10):
             y = y + 1.0
         tsync()
-    rows_before = len(rows)
     row("10 x (x + 1), float32[16] (per call)", lz_small, {"cupy": cp_small, "torch": t_small if torch else None})
 
     # -- bandwidth ------------------------------------------------------------------
@@ -99,25 +92,13 @@ def main(argv=None):
     tb = torch.as_tensor(cb, device="cuda") if torch else None
 
     def lz(f):
-        def run():
-            mx.eval(f())
-            sync()
-        return run
+        return waiting(lambda: mx.eval(f()), sync)
 
     def cpf(f):
-        def run():
-            f()
-            sync()
-        return run
+        return waiting(f, sync)
 
     def tf(f):
-        if torch is None:
-            return None
-
-        def run():
-            f()
-            tsync()
-        return run
+        return None if torch is None else waiting(f, tsync)
     row("x + 0.0 64M f32 (GB/s r+w)", lz(lambda: mx.array(a) + 0.0),
         {"cupy copy": cpf(lambda: ca.copy()), "torch clone": tf(lambda: ta.clone())},
         work=2 * 4 * n, unit="GB/s")
@@ -175,18 +156,11 @@ def main(argv=None):
         mx.eval(x)
         cx = x._data
         tx = torch.as_tensor(hm, device="cuda").to(torch.float32 if name == "f32" else torch.bfloat16) if torch else None
-        try:
-            row(f"matmul {k}^3 {name} (TFLOP/s)", lz(lambda: x @ x),
-                {"cupy": cpf(lambda: cx @ cx), "torch": tf(lambda: tx @ tx)},
-                work=2 * k ** 3 / 1e3, unit="TFLOP/s")
-        except Exception as exc:  # report, keep going
-            rows.append((f"matmul {k}^3 {name}", [f"failed: {type(exc).__name__}: {str(exc)[:120]}"], float("nan"), ""))
+        row(f"matmul {k}^3 {name} (TFLOP/s)", lz(lambda: x @ x),  # a failure is reported
+            {"cupy": cpf(lambda: cx @ cx), "torch": tf(lambda: tx @ tx)},
+            work=2 * k ** 3 / 1e3, unit="TFLOP/s")
 
-    print()
-    print(f"{'case':40s} | timings | lazyx / best peer")
-    for label, cells, ratio, best in rows:
-        print(f"{label:40s} | {' | '.join(cells)} | {ratio:.2f}x ({best})")
-    del rows_before
+    table.print(40)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.timing import compare  # noqa: E402
+from benchmarks.timing import Table, waiting  # noqa: E402
 
 
 def main(argv=None):
@@ -47,35 +47,16 @@ def main(argv=None):
         cp.cuda.Device().synchronize()
 
     def lz(f):
-        def run():
-            mx.eval(f())
-            sync()
-        return run
+        return waiting(lambda: mx.eval(f()), sync)
 
     def tf(f):
-        def run():
-            f()
-            torch.cuda.synchronize()
-        return run
+        return waiting(f, torch.cuda.synchronize)
 
     def cpf(f):
-        def run():
-            f()
-            sync()
-        return run
+        return waiting(f, sync)
 
-    rows = []
-
-    def row(label, fns: dict, work=None, unit=""):
-        try:
-            t = compare(fns, budget_s=budget, rounds=4)
-        except Exception as exc:  # report, keep going
-            rows.append((label, [f"failed: {type(exc).__name__}: {str(exc)[:160]}"], float("nan"), ""))
-            return
-        best = min((v, k) for k, v in t.items() if k != "lazyx")
-        cells = [f"{k} {v * 1e6:9.1f} µs" + (f" ({work / v / 1e9:7.1f} {unit})" if work else "")
-                 for k, v in t.items()]
-        rows.append((label, cells, t["lazyx"] / best[0], best[1]))
+    table = Table(budget)
+    row = table.row
 
     gen = np.random.default_rng(0)
     bf16 = mx.bfloat16
@@ -140,11 +121,7 @@ def main(argv=None):
          "cupy copy (same bytes, r+w/2)": cpf(lambda: same.copy())},
         work=weight_bytes, unit="GB/s")
 
-    print()
-    print(f"{'case':52s} | timings | lazyx / best peer")
-    for label, cells, ratio, best in rows:
-        print(f"{label:52s} | {' | '.join(cells)} | {ratio:.2f}x ({best})")
-
+    table.print(52)
 
 if __name__ == "__main__":
     main()

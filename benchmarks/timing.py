@@ -79,3 +79,42 @@ def machine_load(seconds: float = 0.3) -> float:
     except (OSError, ValueError, IndexError):
         return float("nan")
     return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def waiting(fn, sync):
+    """``fn`` followed by ``sync()`` (a GPU's synchronize): a timed call that waits for
+    its work to finish."""
+    def run():
+        fn()
+        sync()
+    return run
+
+
+class Table:
+    """Rows of ``lazyx`` against its peers, each measured by :func:`compare` (medians of
+    interleaved repeats), printed with the work rate of each column and lazyx's time
+    over the best peer's. A row whose measurement raises is printed as failed."""
+
+    def __init__(self, budget_s: float, rounds: int = 4):
+        self.budget_s, self.rounds, self.rows = budget_s, rounds, []
+
+    def row(self, label: str, fns: dict, work=None, unit: str = "") -> None:
+        """``fns``: ``{"lazyx": fn, peer: fn or None, ...}``; ``work / seconds / 1e9`` is
+        printed in ``unit`` when ``work`` is given."""
+        fns = {k: v for k, v in fns.items() if v is not None}
+        try:
+            t = compare(fns, budget_s=self.budget_s, rounds=self.rounds)
+        except Exception as exc:  # noqa: BLE001 - report and keep measuring the other rows
+            self.rows.append((label, [f"failed: {type(exc).__name__}: {str(exc)[:160]}"],
+                              float("nan"), ""))
+            return
+        best = min((v, k) for k, v in t.items() if k != "lazyx")
+        cells = [f"{k} {v * 1e6:9.1f} µs" + (f" ({work / v / 1e9:7.1f} {unit})" if work else "")
+                 for k, v in t.items()]
+        self.rows.append((label, cells, t["lazyx"] / best[0], best[1]))
+
+    def print(self, width: int) -> None:
+        print()
+        print(f"{'case':{width}s} | timings | lazyx / best peer")
+        for label, cells, ratio, best in self.rows:
+            print(f"{label:{width}s} | {' | '.join(cells)} | {ratio:.2f}x ({best})")

@@ -154,12 +154,11 @@ class RMSNorm(_LikeInput):
         return [_node(RMSNorm(self.stream, self.eps), [x] + list(inputs[1:]))], [b]
 
 
-class RMSNormVJP(_Fused):
-    """The fused backward of :class:`RMSNorm`: inputs ``(x, [weight,] cotangent)``,
-    outputs the cotangent of ``x`` and, with a weight, its sum over rows."""
+class _NormVJP(_Fused):
+    """A norm's fused backward: inputs the forward's inputs and the cotangent, outputs
+    their cotangents; its composition is the vjp of the forward's (:meth:`forward`)."""
 
-    __slots__ = ("eps",)
-    eps: float
+    __slots__ = ()
 
     def output_shapes(self, inputs):
         return [tuple(i.shape) for i in inputs[:-1]]
@@ -169,9 +168,20 @@ class RMSNormVJP(_Fused):
 
     def fallback(self, inputs):
         primals, cot = inputs[:-1], inputs[-1]
-        forward = RMSNorm(self.stream, self.eps)
+        forward = self.forward()
         _, grads = mx.vjp(lambda *xs: forward.fallback(list(xs)), list(primals), [cot])
         return list(grads)
+
+
+class RMSNormVJP(_NormVJP):
+    """The fused backward of :class:`RMSNorm`: inputs ``(x, [weight,] cotangent)``,
+    outputs the cotangent of ``x`` and, with a weight, its sum over rows."""
+
+    __slots__ = ("eps",)
+    eps: float
+
+    def forward(self):
+        return RMSNorm(self.stream, self.eps)
 
 
 # -- layer_norm ----------------------------------------------------------------------
@@ -214,7 +224,7 @@ class LayerNorm(_LikeInput):
         return [_node(p, [x] + list(inputs[1:]))], [b]
 
 
-class LayerNormVJP(_Fused):
+class LayerNormVJP(_NormVJP):
     """The fused backward of :class:`LayerNorm`: inputs ``(x, [weight,] [bias,]
     cotangent)``, outputs the cotangents of ``x``, ``weight`` and ``bias`` (the last
     two summed over rows)."""
@@ -224,17 +234,8 @@ class LayerNormVJP(_Fused):
     weighted: bool
     biased: bool
 
-    def output_shapes(self, inputs):
-        return [tuple(i.shape) for i in inputs[:-1]]
-
-    def output_dtypes(self, inputs):
-        return [i.dtype for i in inputs[:-1]]
-
-    def fallback(self, inputs):
-        primals, cot = inputs[:-1], inputs[-1]
-        forward = LayerNorm(self.stream, self.eps, self.weighted, self.biased)
-        _, grads = mx.vjp(lambda *xs: forward.fallback(list(xs)), list(primals), [cot])
-        return list(grads)
+    def forward(self):
+        return LayerNorm(self.stream, self.eps, self.weighted, self.biased)
 
 
 def _norm_vjp(p, primals, cot):

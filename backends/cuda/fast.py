@@ -28,31 +28,11 @@ from lazyx.backends.cpu.kernels import fast as ref
 from lazyx.plugins import fast
 
 from .flash_attention import flash_attention
-from .runtime import CudaKernel
+from .runtime import DTYPE_STRUCTS, CudaKernel, on_host
 
 _SOURCE = r"""
 // NVRTC has no <math.h>: the float infinity by its bits.
 #define LAZYX_INF __int_as_float(0x7f800000)
-struct F32 {
-  typedef float S;
-  static __device__ float load(S v) { return v; }
-  static __device__ S store(float v) { return v; }
-};
-struct F16 {
-  typedef unsigned short S;
-  static __device__ float load(S v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
-  static __device__ S store(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
-};
-struct BF16 {
-  typedef unsigned short S;
-  static __device__ float load(S v) { return __uint_as_float(((unsigned int)v) << 16); }
-  static __device__ S store(float v) {
-    unsigned int u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-  }
-};
 
 #define MASKED (-3.4028234663852886e+38f)
 
@@ -253,7 +233,7 @@ _NAMES = ([f"norm_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
           + [f"norm_vjp_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
           + [f"{k}<{t}>" for k in ("rope_pairs", "attention_rows", "cross_entropy_rows")
              for t in _TAGS])
-_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.fast", name_expressions=_NAMES)
+_KERNEL = CudaKernel(DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.fast", name_expressions=_NAMES)
 _MAXD = 8 * 32
 
 
@@ -265,25 +245,15 @@ def _block(n: int) -> int:
     return 256 if n >= 2048 else (128 if n >= 512 else 32)
 
 
-def _on_host(fn, p, ins):
-    """The NumPy kernel ``fn`` for what the CUDA kernels here do not cover (float64,
-    empty arrays, head dims past 256): inputs copied to the host and the results back.
-    Known gap: these cases compute on the CPU; CuPy compositions would keep them on
-    the device."""
-    out = fn(p, [cp.asnumpy(x) for x in ins])
-    if type(out) in (tuple, list):
-        return tuple(cp.asarray(o) for o in out)
-    return cp.asarray(out)
-
-
 def _norm(layer: bool):
     cls = fast.LayerNorm if layer else fast.RMSNorm
+    host = on_host(ref.KERNELS[cls])  # float64 and empty inputs
 
     def kernel(p, ins):
         x = ins[0]
         kind = _TYPES.get(x.dtype)
         if kind is None or x.size == 0:
-            return _on_host(ref.KERNELS[cls], p, ins)
+            return host(p, ins)
         tag, view = kind
         x = cp.ascontiguousarray(x)
         w = b = None
@@ -308,12 +278,13 @@ def _norm(layer: bool):
 
 def _norm_vjp(layer: bool):
     cls = fast.LayerNormVJP if layer else fast.RMSNormVJP
+    host = on_host(ref.KERNELS[cls])
 
     def kernel(p, ins):
         x, g = ins[0], ins[-1]
         kind = _TYPES.get(x.dtype)
         if kind is None or x.size == 0:
-            return _on_host(ref.KERNELS[cls], p, ins)
+            return host(p, ins)
         tag, view = kind
         x, g = cp.ascontiguousarray(x), cp.ascontiguousarray(g)
         weighted = p.weighted if layer else len(ins) > 2
@@ -335,11 +306,17 @@ def _norm_vjp(layer: bool):
     return kernel
 
 
+# What the CUDA kernels here leave to the NumPy kernels (float64, empty arrays, head dims
+# past 256): known gap, these compute on the host.
+_rope_on_host, _attention_on_host, _cross_entropy_on_host = (
+    on_host(ref.rope), on_host(ref.attention), on_host(ref.cross_entropy))
+
+
 def rope(p, ins):
     x, offset = ins[0], ins[1]
     kind = _TYPES.get(x.dtype)
     if kind is None or x.size == 0:
-        return _on_host(ref.rope, p, ins)
+        return _rope_on_host(p, ins)
     tag, view = kind
     x = cp.ascontiguousarray(x)
     # the angle tables (B or 1, T, dims / 2) are small: made on the host, as the CPU's
@@ -362,7 +339,7 @@ def attention(p, ins):
     q, k, v = ins[:3]
     kind = _TYPES.get(q.dtype)
     if kind is None or q.size == 0 or k.shape[2] == 0 or q.shape[3] > _MAXD or v.shape[3] > _MAXD:
-        return _on_host(ref.attention, p, ins)
+        return _attention_on_host(p, ins)
     if p.mask != "array" and not p.sinks:
         out = flash_attention(q, k, v, p.scale, p.mask == "causal")
         if out is not None:
@@ -398,7 +375,7 @@ def cross_entropy(p, ins):
     logits, t = ins
     kind = _TYPES.get(logits.dtype)
     if kind is None or logits.size == 0:
-        return _on_host(ref.cross_entropy, p, ins)
+        return _cross_entropy_on_host(p, ins)
     tag, view = kind
     x = cp.ascontiguousarray(logits)
     targets = cp.ascontiguousarray(t, cp.int64)

@@ -15,18 +15,14 @@ from lazyx.plugins import matmuls as mm
 from .runtime import cupy_module
 
 
-def _check(index, count: int, what: str, shape) -> None:
-    ref.check_indices(index, count, what, shape)  # the CPU's check and message, on CuPy arrays
-
-
 def _gather_mm(p, ins):
     cp = cupy_module()
     a, b, lhs, rhs = ins
     a3 = a.reshape((-1,) + a.shape[-2:])
     b3 = b.reshape((-1,) + b.shape[-2:])
     lhs, rhs = lhs.reshape(-1), rhs.reshape(-1)
-    _check(lhs, a3.shape[0], "lhs_indices", a.shape)
-    _check(rhs, b3.shape[0], "rhs_indices", b.shape)
+    ref.check_indices(lhs, a3.shape[0], "lhs_indices", a.shape)  # the CPU's check, on CuPy
+    ref.check_indices(rhs, b3.shape[0], "rhs_indices", b.shape)
     out = cp.matmul(a3[lhs], b3[rhs])
     return out.reshape(p.output_shapes(ins)[0])
 

@@ -30,7 +30,7 @@ from lazyx.backends.cpu.kernels import quantized as ref
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
-from .runtime import CudaKernel
+from .runtime import CudaKernel, on_host
 
 _SOURCE = r"""
 __device__ __constant__ float kFp4[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
@@ -273,18 +273,9 @@ def gather_qmm(p, ins):
     return out.reshape(rhs.shape + out.shape[-2:]).astype(x.dtype, copy=False)
 
 
-def _on_host(kernel):
-    """A NumPy kernel run on the host copies of the inputs (quantize and dequantize must
-    match MLX bit for bit; they are not on the hot path)."""
-    def run(p, ins):
-        outs = kernel(p, [cp.asnumpy(a) for a in ins])
-        return tuple(cp.asarray(o) for o in outs) if isinstance(outs, tuple) else cp.asarray(outs)
-    return run
-
-
 KERNELS = {
     q.QuantizedMatmul: quantized_matmul,
     q.GatherQMM: gather_qmm,
-    q.Quantize: _on_host(ref.KERNELS[q.Quantize]),
-    q.Dequantize: _on_host(ref.KERNELS[q.Dequantize]),
+    q.Quantize: on_host(ref.KERNELS[q.Quantize]),
+    q.Dequantize: on_host(ref.KERNELS[q.Dequantize]),
 }

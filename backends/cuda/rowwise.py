@@ -22,34 +22,9 @@ import numpy as np
 from lazyx.backends.cpu.kernels import products as np_products
 from lazyx.backends.cpu.kernels import reductions as np_reductions
 
-from .runtime import CudaKernel
+from .runtime import DTYPE_STRUCTS, CudaKernel
 
 _SOURCE = r"""
-struct F32 {
-  typedef float S; typedef float C;
-  static __device__ C load(S v) { return v; }
-  static __device__ S store(C v) { return v; }
-};
-struct F64 {
-  typedef double S; typedef double C;
-  static __device__ C load(S v) { return v; }
-  static __device__ S store(C v) { return v; }
-};
-struct F16 {
-  typedef unsigned short S; typedef float C;
-  static __device__ C load(S v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
-  static __device__ S store(C v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
-};
-struct BF16 {
-  typedef unsigned short S; typedef float C;
-  static __device__ C load(S v) { return __uint_as_float(((unsigned int)v) << 16); }
-  static __device__ S store(C v) {
-    unsigned int u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-  }
-};
 
 __device__ __forceinline__ float lx_exp(float x) { return expf(x); }
 __device__ __forceinline__ double lx_exp(double x) { return exp(x); }
@@ -136,7 +111,7 @@ _TYPES = {
     np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16)),
 }
 
-_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.rowwise", name_expressions=[
+_KERNEL = CudaKernel(DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.rowwise", name_expressions=[
     f"{k}_rows<{t}>" for k in ("softmax", "logsumexp") for t, _ in _TYPES.values()])
 
 

@@ -87,6 +87,53 @@ class CudaKernel:
                              f"by a template name listed in name_expressions.") from None
 
 
+#: CUDA C++ of the element types the hand-written kernels are templated on: ``S`` the
+#: stored type (half types as their 16 bits), ``C`` the computing type (float for the
+#: half types), ``load``/``store`` the conversions (bfloat16 rounds to nearest even, NaN
+#: kept quiet). Kernel sources start with it (rowwise.py, fast.py).
+DTYPE_STRUCTS = r"""
+struct F32 {
+  typedef float S; typedef float C;
+  static __device__ C load(S v) { return v; }
+  static __device__ S store(C v) { return v; }
+};
+struct F64 {
+  typedef double S; typedef double C;
+  static __device__ C load(S v) { return v; }
+  static __device__ S store(C v) { return v; }
+};
+struct F16 {
+  typedef unsigned short S; typedef float C;
+  static __device__ C load(S v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+  static __device__ S store(C v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+};
+struct BF16 {
+  typedef unsigned short S; typedef float C;
+  static __device__ C load(S v) { return __uint_as_float(((unsigned int)v) << 16); }
+  static __device__ S store(C v) {
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+  }
+};
+"""
+
+
+def on_host(fn):
+    """NumPy kernel ``fn`` as a CUDA kernel that runs it on host copies of its inputs and
+    uploads the results: for the cases a pack's CUDA kernels leave to the host (exact
+    bit-level ports of MLX's packing, float64 where no CUDA kernel is written)."""
+    def kernel(p, ins):
+        cp = cupy_module()
+        out = fn(p, [cp.asnumpy(x) for x in ins])
+        if type(out) in (tuple, list):
+            return tuple(cp.asarray(o) for o in out)
+        return cp.asarray(out)
+    kernel.__wrapped__ = fn
+    return kernel
+
+
 def launch_config(n: int, block: int = 256) -> tuple[tuple, tuple]:
     """``(grid, block)`` for one thread per element of ``n`` (grid-stride loops welcome)."""
     blocks = max(1, min((n + block - 1) // block, 65535 * 4))

@@ -92,15 +92,22 @@ class Backend:
         if self.device_type is not DeviceType.cpu or not _device_backend_available():
             return fn
 
-        def kernel(prim, inputs, *donors):
-            for i, x in enumerate(inputs):
-                if type(x) is not np.ndarray:
-                    inputs[i] = to_host(x)
-            return fn(prim, inputs, *donors)
+        if getattr(fn, "donates", False):
+            # A compiled plan passes donors only to kernels that take them (transforms.compile);
+            # a host copy made here owns its memory, so donating it is as safe as the original.
+            def kernel(prim, inputs, donors=()):
+                for i, x in enumerate(inputs):
+                    if type(x) is not np.ndarray:
+                        inputs[i] = to_host(x)
+                return fn(prim, inputs, donors)
+            kernel.donates = True
+        else:
+            def kernel(prim, inputs):
+                for i, x in enumerate(inputs):
+                    if type(x) is not np.ndarray:
+                        inputs[i] = to_host(x)
+                return fn(prim, inputs)
         kernel.__wrapped__ = fn
-        # A compiled plan passes donors only to kernels that take them (transforms.compile);
-        # a host copy made here owns its memory, so donating it is as safe as the original.
-        kernel.donates = getattr(fn, "donates", False)
         return kernel
 
     def is_available(self) -> bool:

@@ -33,10 +33,6 @@ using namespace nb::literals;
 namespace lazyx {
 namespace {
 
-template <class T>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <class T>
-using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
 
 constexpr float kMasked = -3.4028234663852886e+38f;  // finfo(float32).min, MLX's masked score
 

@@ -153,10 +153,6 @@ void hadamard(const typename IO::T* x, typename IO::T* out, size_t rows, size_t 
   });
 }
 
-template <class T>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <class T>
-using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
 
 template <class IO>
 void bind_typed(nb::module_& mod, const std::string& suffix) {

@@ -23,10 +23,8 @@ using namespace nb::literals;
 
 namespace {
 
-template <class T>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <class T>
-using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
+using lazyx::In;
+using lazyx::Out;
 
 PyObject* g_handler = nullptr;  // lazyx's "mem_handler" capsule, alive for the process
 

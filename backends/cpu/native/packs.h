@@ -5,8 +5,15 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 namespace lazyx {
+// The arrays a kernel binding takes: C-contiguous host buffers, read-only or written.
+template <class T>
+using In = nanobind::ndarray<const T, nanobind::c_contig, nanobind::device::cpu>;
+template <class T>
+using Out = nanobind::ndarray<T, nanobind::c_contig, nanobind::device::cpu>;
+
 void bind_conv(nanobind::module_& m);
 void bind_fast(nanobind::module_& m);
 void bind_quantized(nanobind::module_& m);

@@ -38,10 +38,6 @@ using namespace nb::literals;
 namespace lazyx {
 namespace {
 
-template <class T>
-using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <class T>
-using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
 
 enum Mode { kAffine = 0, kFp4 = 1, kFp8 = 2 };
 
