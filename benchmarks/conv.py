@@ -1,14 +1,18 @@
-"""conv: ``conv2d`` 3x3, 64 -> 64 channels, 32x32, batch 32, float32, forward and
-forward + backward (gradients of input and weight), side by side with PyTorch and MLX
-on the CPU.
+"""conv: ``conv2d`` 3x3, 64 -> 64 channels, 32x32, batch 32, float32: the forward, the
+input gradient, the weight gradient and forward + backward, side by side with PyTorch
+and MLX on the CPU.
 
-lazyx runs im2col in C++ onto NumPy's OpenBLAS (``backends/cpu/native_packs/conv.py``);
-its column "lazyx NumPy kernels" is the cpu-reference backend (NumPy windows +
-matmul). PyTorch takes NCHW input (its native layout; oneDNN), MLX channels-last as
-lazyx. The forward + backward figure is ``value_and_grad`` of ``sum(conv2d(x, w) * g)``
-(PyTorch: forward, then ``backward(g)``). Target (issue 14): lazyx forward + backward
-within 1.3x of PyTorch. Prints median milliseconds and ratios; the machine is shared,
-so figures are noisy: compare the ratios of one run.
+lazyx runs its implicit-GEMM C++ kernels on its own thread pool
+(``backends/cpu/native_packs/conv.py``: ``conv_direct`` for the forward and the input
+gradient, ``conv_swapped`` for the weight gradient); its column "lazyx NumPy kernels"
+is the cpu-reference backend (NumPy windows + matmul). PyTorch takes NCHW input (its
+native layout; oneDNN), MLX channels-last as lazyx. The gradient rows are ``grad`` of
+``sum(conv2d(x, w) * g)`` with respect to one argument (PyTorch:
+``aten.convolution_backward`` with one output mask); forward + backward is
+``value_and_grad`` for both (PyTorch: forward, then ``backward(g)``). Target (issue
+14): lazyx forward + backward within 1.3x of PyTorch. Prints the fastest of
+interleaved repeats (``--median``: the median) and ratios; the machine is shared, so
+figures are noisy: compare the ratios of one run.
 Run: ``python -m benchmarks.conv [--quick]``.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,20 +42,19 @@ def _data():
 
 
 def _lazyx_fns(lx, x, w, g, backend=None):
+    """(forward, input gradient, weight gradient, forward + backward)."""
     lx_x, lx_w, lx_g = lx.array(x), lx.array(w), lx.array(g)
 
     def loss(x, w):
         return lx.sum(lx.conv2d(x, w, padding=1) * lx_g)
-    vg = lx.value_and_grad(loss, argnums=(0, 1))
 
-    def fwd():
-        with lx.use_backend("cpu", backend) if backend else _null():
-            lx.eval(lx.conv2d(lx_x, lx_w, padding=1))
-
-    def both():
-        with lx.use_backend("cpu", backend) if backend else _null():
-            lx.eval(vg(lx_x, lx_w))
-    return fwd, both
+    def timed(fn):
+        def run():
+            with lx.use_backend("cpu", backend) if backend else _null():
+                lx.eval(fn(lx_x, lx_w))
+        return run
+    return (timed(lambda a, b: lx.conv2d(a, b, padding=1)), timed(lx.grad(loss, argnums=0)),
+            timed(lx.grad(loss, argnums=1)), timed(lx.value_and_grad(loss, argnums=(0, 1))))
 
 
 class _null:
@@ -61,12 +65,21 @@ class _null:
         return False
 
 
-def callables(peers, x, w, g) -> tuple[dict, dict]:
-    """({column: forward}, {column: forward + backward}), each waiting for its result."""
-    fwd, both = {}, {}
+#: The rows: (title, index into each column's callables).
+PARTS = (("forward", 0), ("input gradient", 1), ("weight gradient", 2),
+         ("forward + backward (input and weight gradients)", 3))
+
+
+def callables(peers, x, w, g) -> list[dict]:
+    """One {column: callable} per row of PARTS, each callable waiting for its result."""
+    rows = [{} for _ in PARTS]
+
+    def put(column, fns):
+        for row, fn in zip(rows, fns):
+            row[column] = fn
     lx = peers["lazyx"].module
-    fwd["lazyx"], both["lazyx"] = _lazyx_fns(lx, x, w, g)
-    fwd["lazyx NumPy kernels"], both["lazyx NumPy kernels"] = _lazyx_fns(lx, x, w, g, "cpu-reference")
+    put("lazyx", _lazyx_fns(lx, x, w, g))
+    put("lazyx NumPy kernels", _lazyx_fns(lx, x, w, g, "cpu-reference"))
     if "PyTorch" in peers:
         torch = peers["PyTorch"].module
         tx = torch.from_numpy(x.transpose(0, 3, 1, 2).copy())
@@ -78,18 +91,29 @@ def callables(peers, x, w, g) -> tuple[dict, dict]:
             with torch.inference_mode():
                 conv(tx, tw, padding=1)
 
+        def t_grad(mask):
+            def run():
+                torch.ops.aten.convolution_backward(tg, tx, tw, [0], [1, 1], [1, 1], [1, 1], False,
+                                                    [0, 0], 1, mask)
+            return run
+
         def t_both():
             a = tx.detach().requires_grad_()
             b = tw.detach().requires_grad_()
             conv(a, b, padding=1).backward(tg)
-        fwd["PyTorch"], both["PyTorch"] = t_fwd, t_both
+        put("PyTorch", (t_fwd, t_grad([True, False, False]), t_grad([False, True, False]), t_both))
     if "MLX" in peers:
         m = peers["MLX"].module
         mx_, mw, mg = m.array(x), m.array(w), m.array(g)
-        vg = m.value_and_grad(lambda a, b: m.sum(m.conv2d(a, b, padding=1) * mg), argnums=(0, 1))
-        fwd["MLX"] = lambda: m.eval(m.conv2d(mx_, mw, padding=1))
-        both["MLX"] = lambda: m.eval(vg(mx_, mw))
-    return fwd, both
+
+        def loss(a, b):
+            return m.sum(m.conv2d(a, b, padding=1) * mg)
+
+        def timed(fn):
+            return lambda: m.eval(fn(mx_, mw))
+        put("MLX", (timed(lambda a, b: m.conv2d(a, b, padding=1)), timed(m.grad(loss, argnums=0)),
+                    timed(m.grad(loss, argnums=1)), timed(m.value_and_grad(loss, argnums=(0, 1)))))
+    return rows
 
 
 def check(peers, x, w, g) -> None:
@@ -117,18 +141,19 @@ def _print(title: str, t: dict) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="less time per figure")
+    ap.add_argument("--median", action="store_true", help="medians instead of the fastest repeats")
     args = ap.parse_args(argv)
     peers = load()
     print(f"machine load before: {machine_load():.0%}; " + "; ".join(
         f"{p.name} {p.version} ({', '.join(p.notes)})" for p in peers.values() if p.notes))
     x, w, g = _data()
     check(peers, x, w, g)
-    fwd, both = callables(peers, x, w, g)
     budget = 2.0 if args.quick else 8.0
-    _print(f"conv2d forward, {N}x{H}x{W}x{C} * {O}x{K}x{K}x{C}, padding 1, float32",
-           compare(fwd, budget_s=budget, rounds=4, warmup=2))
-    _print("conv2d forward + backward (input and weight gradients)",
-           compare(both, budget_s=budget, rounds=4, warmup=2))
+    statistic = statistics.median if args.median else min
+    print(f"conv2d {N}x{H}x{W}x{C} * {O}x{K}x{K}x{C}, padding 1, float32 "
+          f"({'median' if args.median else 'fastest'} of interleaved repeats)")
+    for (title, _), fns in zip(PARTS, callables(peers, x, w, g)):
+        _print(f"conv2d {title}", compare(fns, budget_s=budget, rounds=4, warmup=2, statistic=statistic))
 
 
 if __name__ == "__main__":

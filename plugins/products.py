@@ -18,6 +18,7 @@ stays one batched ``matmul``.
 from __future__ import annotations
 
 import functools
+import math
 
 import lazyx.core as mx
 from lazyx import dtypes as dt
@@ -137,18 +138,29 @@ def _matmul_vjp(a: array, b: array, g: array, argnums, out_pos: int, stream) -> 
                 bt = mx.conjugate(bt, stream=stream)
             out.append(_reshape(sum_to_shape(mx.matmul(g, bt, stream=stream), a2._shape, stream),
                                  a._shape, stream))
+        elif len(b2._shape) == 2:
+            # One matrix b for all of a's rows (a Linear layer on a batch of sequences):
+            # its cotangent is one product over every row, a.T @ g with a's and g's batch
+            # dimensions folded into the rows (not a batched product then a sum over the
+            # batch: a pass more and batch times the memory).
+            rows = math.prod(a2._shape[:-1])  # not -1: a dimension may be 0
+            af = _reshape(a2, (rows, a2._shape[-1]), stream)
+            gf = _reshape(g, (rows, g._shape[-1]), stream)
+            if complex_:
+                af = mx.conjugate(af, stream=stream)
+            if nb == 2 and _is_matrix_transpose(b):
+                # b is W.T (x @ W.T): (g.T @ a).T, whose transpose (the cotangent W gets
+                # through Transpose's vjp) is the contiguous g.T @ a, so an optimizer's
+                # update of W reads it in order, not as a strided view.
+                out.append(_transposed(mx.matmul(_transposed(gf, stream), af, stream=stream),
+                                       stream))
+            else:
+                out.append(_reshape(mx.matmul(_transposed(af, stream), gf, stream=stream),
+                                    b._shape, stream))
         else:
             at = _transposed(a2, stream)
             if complex_:
                 at = mx.conjugate(at, stream=stream)
-            if na == 2 and nb == 2 and _is_matrix_transpose(b):
-                # b is W.T (a Linear layer: x @ W.T): (g.T @ a).T, whose transpose (the
-                # cotangent W gets through Transpose's vjp) is the contiguous g.T @ a, so an
-                # optimizer's update of W reads it in order, not as a strided view.
-                gt = _transposed(g, stream)
-                out.append(_transposed(mx.matmul(gt, mx.conjugate(a2, stream=stream) if complex_
-                                                 else a2, stream=stream), stream))
-                continue
             out.append(_reshape(sum_to_shape(mx.matmul(at, g, stream=stream), b2._shape, stream),
                                  b._shape, stream))
     return out

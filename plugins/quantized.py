@@ -23,6 +23,13 @@ The flow of a call:
 3. One node computes: the kernels multiply from the packed words (C++ on the
    ``cpu`` backend, ``lazyx.backends.cpu.native_packs.quantized``; CUDA C++ on ``cuda``).
 
+``nvfp4`` takes an optional per-tensor ``global_scale`` (a float32 scalar array, MLX's
+convention: the tensor's absolute maximum, so that the E4M3 group scales span their
+whole range): :func:`quantize` stores the group scale ``e4m3(amax/6 * 2688/g)`` and the
+elements ``fp4(w/scale * 2688/g)``; :func:`dequantize` multiplies by ``scale * (g/2688)``
+and returns float32 (as MLX: the scalar's dtype wins). It travels as the last input
+of :class:`Quantize`/:class:`Dequantize` (present or not: the input count says).
+
 ``qqmm``/``gather_qqmm`` quantize ``x`` on the fly (quantize then dequantize, with the
 straight-through identity as gradient, as MLX's) and ``w`` too when it comes
 unquantized, then multiply with ``quantized_matmul``/``gather_qmm``: no primitive of
@@ -134,10 +141,41 @@ def _scales_biases(w: array, scales, biases, gs: int, bits: int, mode: str, op: 
     return scales, biases
 
 
+#: E4M3's largest value times E2M1's: a group scale of amax/6 relative to a global
+#: scale g (the tensor's amax) is stored as amax/6 * NVFP4_RANGE/g.
+NVFP4_RANGE = 448.0 * 6.0
+
+
+def _global_scale(g, mode: str, op: str):
+    """``g`` checked as MLX checks an nvfp4 global scale (None passes)."""
+    if g is None:
+        return None
+    if mode != "nvfp4":
+        raise ArgumentError(f"[{op}] Global scale is only supported for 'nvfp4' quantization "
+                            f"mode, got mode {mode!r}.")
+    if not isinstance(g, array):
+        raise DtypeError(f"[{op}] Global scale must be a float32 array, got "
+                         f"{type(g).__name__}: pass mx.array(value, dtype=mx.float32).")
+    if g._dtype is not dt.float32:
+        raise DtypeError(f"[{op}] Global scale must have dtype float32 but got "
+                         f"{g._dtype.name} (shape {g._shape}).")
+    if math.prod(g._shape) != 1:
+        raise ShapeError(f"[{op}] Global scale must be a scalar but got shape {g._shape}.")
+    return g
+
+
+def _scalar_unbatched(inputs, axes, has_global: bool, op: str):
+    """vmap: the global scale (the last input) must not be batched (one per tensor)."""
+    if has_global and axes[-1] is not None:
+        raise TransformError(f"[{op}::vmap] the global scale (shape {inputs[-1]._shape}) "
+                             f"cannot be batched: it is one scalar per tensor.")
+
+
 # -- quantize ------------------------------------------------------------------------
 class Quantize(NoGradient, Primitive):
     """``w`` (at least 2-D, last axis a multiple of ``group_size``) to its packed
-    uint32 words, scales and (affine) biases, bit for bit as MLX."""
+    uint32 words, scales and (affine) biases, bit for bit as MLX. Inputs ``(w,)`` or
+    ``(w, global_scale)`` (nvfp4)."""
 
     __slots__ = ("group_size", "bits", "mode")
     group_size: int
@@ -155,14 +193,17 @@ class Quantize(NoGradient, Primitive):
         return [dt.uint32, sd] + ([sd] if MODES[self.mode]["biases"] else [])
 
     def vmap(self, inputs, axes):
+        _scalar_unbatched(inputs, axes, len(inputs) > 1, "Quantize")
         x = batch_first(inputs[0], axes[0], stream=self.stream)
-        outs = _quantize_node(x, self.group_size, self.bits, self.mode, self.stream)
+        outs = _quantize_node(x, self.group_size, self.bits, self.mode, self.stream,
+                              inputs[1] if len(inputs) > 1 else None)
         return outs, [0] * len(outs)
 
 
-def _quantize_node(w: array, gs: int, bits: int, mode: str, stream) -> list:
+def _quantize_node(w: array, gs: int, bits: int, mode: str, stream, global_scale=None) -> list:
     p = Quantize(stream, gs, bits, mode)
-    return lazy_multi(p.output_shapes((w,)), p.output_dtypes((w,)), p, (w,))
+    ins = (w,) if global_scale is None else (w, global_scale)
+    return lazy_multi(p.output_shapes(ins), p.output_dtypes(ins), p, ins)
 
 
 def quantize(w, /, group_size: int | None = None, bits: int | None = None,
@@ -175,7 +216,8 @@ def quantize(w, /, group_size: int | None = None, bits: int | None = None,
             64 for ``affine``, 32 for ``mxfp4``/``mxfp8``, 16 for ``nvfp4``).
         bits (int, optional): Bits per element (None: 4, or 8 for ``mxfp8``).
         mode (str): ``"affine"``, ``"mxfp4"``, ``"mxfp8"`` or ``"nvfp4"``.
-        global_scale (array, optional): Not supported (MLX's per-tensor ``nvfp4`` scale).
+        global_scale (array, optional): ``nvfp4`` only: a float32 scalar, the tensor's
+            absolute maximum as MLX expects it (see the module docstring).
 
     Returns:
         tuple: ``(w_q, scales, biases)`` for ``affine``, ``(w_q, scales)`` otherwise:
@@ -184,9 +226,7 @@ def quantize(w, /, group_size: int | None = None, bits: int | None = None,
     """
     op = "quantize"
     gs, bits, mode = _params(group_size, bits, mode, op)
-    if global_scale is not None:
-        raise ArgumentError(f"[{op}] global_scale is not supported by lazyx: quantize "
-                            f"without it.")
+    global_scale = _global_scale(global_scale, mode, op)
     w = as_array(w)
     if w._dtype.kind != "f" or w._dtype not in _FLOATS:
         raise DtypeError(f"[{op}] Only real floating types (float32, float16, bfloat16) can "
@@ -198,12 +238,14 @@ def quantize(w, /, group_size: int | None = None, bits: int | None = None,
         raise ShapeError(f"[{op}] The last dimension of the matrix needs to be divisible by "
                          f"the quantization group size {gs}. However the provided matrix "
                          f"has shape {w._shape}.")
-    return tuple(_quantize_node(w, gs, bits, mode, to_stream(stream)))
+    return tuple(_quantize_node(w, gs, bits, mode, to_stream(stream), global_scale))
 
 
 # -- dequantize ----------------------------------------------------------------------
 class Dequantize(NoGradient, Primitive):
-    """Packed ``w``, ``scales`` (and ``biases``) back to values of ``dtype``."""
+    """Packed ``w``, ``scales`` (and ``biases``) back to values of ``dtype``. Inputs
+    ``(w, scales[, biases])``, or ``(w, scales, global_scale)`` for nvfp4 with a global
+    scale (then ``dtype`` is float32)."""
 
     __slots__ = ("group_size", "bits", "mode", "dtype")
     group_size: int
@@ -219,11 +261,14 @@ class Dequantize(NoGradient, Primitive):
         return [self.dtype]
 
     def vmap(self, inputs, axes):
+        has_global = len(inputs) == 3 and not MODES[self.mode]["biases"]
+        _scalar_unbatched(inputs, axes, has_global, "Dequantize")
+        packed = inputs[:2] if has_global else inputs
         n = next(x._shape[a] for x, a in zip(inputs, axes) if a is not None)
         ins = [add_batch_axis(x, 0, n, self.stream) if a is None
-               else batch_first(x, a, stream=self.stream) for x, a in zip(inputs, axes)]
-        return [_dequantize_node(ins, self.group_size, self.bits, self.mode, self.dtype,
-                                 self.stream)], [0]
+               else batch_first(x, a, stream=self.stream) for x, a in zip(packed, axes)]
+        return [_dequantize_node(ins + list(inputs[2:] if has_global else []), self.group_size,
+                                 self.bits, self.mode, self.dtype, self.stream)], [0]
 
 
 def _dequantize_node(ins, gs, bits, mode, dtype, stream) -> array:
@@ -235,16 +280,17 @@ def dequantize(w, /, scales, biases=None, group_size: int | None = None,
                bits: int | None = None, mode: str = "affine", global_scale=None,
                dtype=None, *, stream=None) -> array:
     """Dequantize packed ``w`` with its ``scales`` (and ``biases`` for ``affine``):
-    ``scale * q + bias`` per group, or ``scale * fp(q)`` for the float modes.
+    ``scale * q + bias`` per group, or ``scale * fp(q)`` for the float modes
+    (``fp(q) * (scale * (global_scale / 2688))`` for nvfp4 with a global scale).
 
     Returns:
         array: The values, of ``dtype`` (None: the scales' dtype for ``affine``,
-        bfloat16 for the float modes, as MLX).
+        bfloat16 for the float modes, as MLX); float32 whenever a global scale is given
+        (as MLX, whatever ``dtype`` says).
     """
     op = "dequantize"
     gs, bits, mode = _params(group_size, bits, mode, op)
-    if global_scale is not None:
-        raise ArgumentError(f"[{op}] global_scale is not supported by lazyx.")
+    global_scale = _global_scale(global_scale, mode, op)
     w = as_array(w)
     if w._dtype is not dt.uint32:
         raise DtypeError(f"[{op}] The matrix should be given as a uint32, got "
@@ -258,6 +304,8 @@ def dequantize(w, /, scales, biases=None, group_size: int | None = None,
     if dtype not in _FLOATS:
         raise DtypeError(f"[{op}] dtype must be float32, float16 or bfloat16, got {dtype}.")
     ins = [w, scales] + ([biases] if biases is not None else [])
+    if global_scale is not None:
+        ins, dtype = ins + [global_scale], dt.float32
     return _dequantize_node(ins, gs, bits, mode, dtype, to_stream(stream))
 
 
@@ -520,17 +568,19 @@ def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
 
 
 # -- qqmm ----------------------------------------------------------------------------
-def _fake_quantize(x, gs, bits, mode, stream) -> array:
+def _fake_quantize(x, gs, bits, mode, stream, global_scale=None) -> array:
     """``dequantize(quantize(x))`` whose gradient is the straight-through identity (as
     MLX's ``qqmm``): ``x + stop_gradient(fq(x) - x)``, which is ``fq(x)`` exactly where
     the difference is exact (Sterbenz: ``fq(x)`` lies within a factor 2 of ``x`` or is 0)."""
-    fq = dequantize(*quantize(x, gs, bits, mode, stream=stream), group_size=gs, bits=bits,
-                    mode=mode, dtype=x._dtype, stream=stream)
+    fq = dequantize(*quantize(x, gs, bits, mode, global_scale=global_scale, stream=stream),
+                    group_size=gs, bits=bits, mode=mode, global_scale=global_scale,
+                    dtype=x._dtype, stream=stream)
+    fq = cast(fq, x._dtype, stream)
     return mx.add(x, mx.stop_gradient(mx.subtract(fq, x, stream=stream), stream=stream),
                   stream=stream)
 
 
-def _qq_operands(x, w, scales, gs, bits, mode, op, s):
+def _qq_operands(x, w, scales, gs, bits, mode, op, s, gx=None, gw=None):
     x = as_array(x)
     if x._dtype not in _FLOATS:
         raise DtypeError(f"[{op}] x must be float32, float16 or bfloat16, got "
@@ -546,14 +596,32 @@ def _qq_operands(x, w, scales, gs, bits, mode, op, s):
         if w._dtype not in _FLOATS:
             raise DtypeError(f"[{op}] An unquantized w must be float32, float16 or "
                              f"bfloat16, got {w._dtype.name} (shape {w._shape}).")
-        w, scales = quantize(w, gs, bits, mode, stream=s)[:2]
+        w, scales = quantize(w, gs, bits, mode, global_scale=gw, stream=s)[:2]
     elif scales is None:
         raise ArgumentError(f"[{op}] scales must be provided for a quantized w (shape "
                             f"{w._shape}).")
     if len(x._shape) < 2:
         raise ShapeError(f"[{op}] x must have at least 2 dimensions, got shape {x._shape}.")
-    xq = _fake_quantize(x, gs, bits, mode, s)
+    xq = _fake_quantize(x, gs, bits, mode, s, gx)
     return xq, w, scales
+
+
+def _qq_global_scales(gx, gw, mode, op):
+    """Both nvfp4 global scales or neither, each checked (MLX's rules)."""
+    gx, gw = _global_scale(gx, mode, op), _global_scale(gw, mode, op)
+    if (gx is None) != (gw is None):
+        raise ArgumentError(f"[{op}] For nvfp4 mode, either both global_scale_x and "
+                            f"global_scale_w must be provided, or neither.")
+    return gx, gw
+
+
+def _times_global_w(out, gw, s):
+    """The product with weights quantized under global scale ``gw``: their values are
+    ``fp(q) * scale * gw/2688``, so the product from the packed words times gw/2688."""
+    if gw is None:
+        return out
+    factor = mx.divide(gw, mx.array(NVFP4_RANGE, dtype=mx.float32), stream=s)
+    return cast(mx.multiply(out, mx.reshape(factor, (), stream=s), stream=s), out._dtype, s)
 
 
 def _qq_params(group_size, bits, mode, op):
@@ -569,18 +637,20 @@ def qqmm(x, w, scales=None, group_size: int | None = None, bits: int | None = No
          stream=None) -> array:
     """``x @ w.T`` with ``x`` quantized on the fly (and ``w``, when it comes
     unquantized) in a float ``mode``: ``quantized_matmul(fq(x), w_q, scales)`` where
-    ``fq`` quantizes then dequantizes. Gradients pass straight through ``fq``.
+    ``fq`` quantizes then dequantizes. Gradients pass straight through ``fq``. With
+    nvfp4 global scales (both or neither), ``x`` is fake-quantized under
+    ``global_scale_x`` and ``w``'s values are taken under ``global_scale_w``.
 
     Returns:
         array: ``(..., N)`` of ``x``'s dtype.
     """
     op = "qqmm"
     gs, bits, mode = _qq_params(group_size, bits, mode, op)
-    if global_scale_x is not None or global_scale_w is not None:
-        raise ArgumentError(f"[{op}] global scales are not supported by lazyx.")
+    gx, gw = _qq_global_scales(global_scale_x, global_scale_w, mode, op)
     s = to_stream(stream)
-    xq, wq, sc = _qq_operands(x, w, scales, gs, bits, mode, op, s)
-    return quantized_matmul(xq, wq, sc, None, True, gs, bits, mode, stream=s)
+    xq, wq, sc = _qq_operands(x, w, scales, gs, bits, mode, op, s, gx, gw)
+    return _times_global_w(quantized_matmul(xq, wq, sc, None, True, gs, bits, mode, stream=s),
+                           gw, s)
 
 
 def gather_qqmm(x, w, /, scales=None, lhs_indices=None, rhs_indices=None,
@@ -590,12 +660,11 @@ def gather_qqmm(x, w, /, scales=None, lhs_indices=None, rhs_indices=None,
     """:func:`qqmm` with matrix-level gather (see :func:`gather_qmm`)."""
     op = "gather_qqmm"
     gs, bits, mode = _qq_params(group_size, bits, mode, op)
-    if global_scale_x is not None or global_scale_w is not None:
-        raise ArgumentError(f"[{op}] global scales are not supported by lazyx.")
+    gx, gw = _qq_global_scales(global_scale_x, global_scale_w, mode, op)
     s = to_stream(stream)
-    xq, wq, sc = _qq_operands(x, w, scales, gs, bits, mode, op, s)
-    return gather_qmm(xq, wq, sc, None, lhs_indices, rhs_indices, True, gs, bits, mode,
-                      stream=s)
+    xq, wq, sc = _qq_operands(x, w, scales, gs, bits, mode, op, s, gx, gw)
+    return _times_global_w(gather_qmm(xq, wq, sc, None, lhs_indices, rhs_indices, True, gs,
+                                      bits, mode, stream=s), gw, s)
 
 
 PRIMITIVES = [Quantize, Dequantize, QuantizedMatmul, GatherQMM]
@@ -647,6 +716,12 @@ def lazyx_examples():
     return [
         (Quantize, example(lambda w: list(quantize(_f32(w), 32, 4)), uniform((2, 64)))),
         (Quantize, example(lambda w: list(quantize(_f32(w), mode="mxfp4")), uniform((2, 32)))),
+        (Quantize, example(lambda w: list(quantize(_f32(w), mode="nvfp4",
+                                                   global_scale=mx.array(3.0))),
+                           uniform((2, 32)))),
+        (Dequantize, example(lambda w: dequantize(
+            *quantize(_f32(w), mode="nvfp4", global_scale=mx.array(3.0)), mode="nvfp4",
+            global_scale=mx.array(3.0)), uniform((2, 32)))),
         (Dequantize, example(lambda w: dequantize(*quantize(_f32(w), 32, 8), 32, 8),
                              uniform((2, 64)))),
         (QuantizedMatmul, _qmm_example(True, 4)),

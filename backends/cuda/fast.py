@@ -67,10 +67,11 @@ template <typename T, bool LAYER>
 __device__ void row_stats(const typename T::S* xr, long long n, float eps, float* sh, float& mu,
                           float& inv) {
   mu = 0.0f;
-  if (LAYER) {
+  if (LAYER) {  // summed around the row's first value: no cancellation for far-off means
+    const float shift = T::load(xr[0]);
     float s = 0.0f;
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += T::load(xr[i]);
-    mu = block_reduce<false>(s, sh) / (float)n;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += T::load(xr[i]) - shift;
+    mu = shift + block_reduce<false>(s, sh) / (float)n;
   }
   float q = 0.0f;
   for (long long i = threadIdx.x; i < n; i += blockDim.x) { float d = T::load(xr[i]) - mu; q += d * d; }
@@ -90,6 +91,71 @@ __global__ void norm_rows(const typename T::S* x, const typename T::S* w, const 
       if (w) y *= T::load(w[i]);
       if (b) y += T::load(b[i]);
       out[r * n + i] = T::store(y);
+    }
+  }
+}
+
+// The same for rows of at most 256 * VEC 16-byte vectors whose start is 16-byte aligned
+// (n a multiple of 16 / sizeof(S)): the row is read once, 16 bytes per load, into
+// registers, and written 16 bytes per store, where norm_rows reads each element two or
+// three times, 2 or 4 bytes per load. One block per row; the statistics are the same
+// two-pass ones, in float32.
+template <typename T, bool LAYER, int VEC>
+__global__ void norm_rows_vec(const typename T::S* x, const typename T::S* w,
+                              const typename T::S* b, typename T::S* out, long long rows,
+                              long long n, float eps) {
+  typedef typename T::S S;
+  constexpr int E = 16 / sizeof(S);  // elements per 16-byte vector
+  __shared__ float sh[33];
+  const long long nv = n / E;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + r * n);
+    float v[VEC][E];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const long long i = threadIdx.x + (long long)j * blockDim.x;
+      uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+      if (i < nv) raw = xr[i];
+      const S* e = reinterpret_cast<const S*>(&raw);
+#pragma unroll
+      for (int k = 0; k < E; ++k) v[j][k] = T::load(e[k]);
+    }
+    float mu = 0.0f;
+    if (LAYER) {  // summed around the row's first value, as row_stats
+      const float shift = T::load(x[r * n]);
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j)
+        if (threadIdx.x + (long long)j * blockDim.x < nv)
+#pragma unroll
+          for (int k = 0; k < E; ++k) s += v[j][k] - shift;
+      mu = shift + block_reduce<false>(s, sh) / (float)n;
+    }
+    float q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j)
+      if (threadIdx.x + (long long)j * blockDim.x < nv)
+#pragma unroll
+        for (int k = 0; k < E; ++k) { const float d = v[j][k] - mu; q += d * d; }
+    const float inv = rsqrtf(block_reduce<false>(q, sh) / (float)n + eps);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const long long i = threadIdx.x + (long long)j * blockDim.x;
+      if (i >= nv) continue;
+      uint4 wr, br, o;
+      if (w) wr = reinterpret_cast<const uint4*>(w)[i];
+      if (b) br = reinterpret_cast<const uint4*>(b)[i];
+      const S* we = reinterpret_cast<const S*>(&wr);
+      const S* be = reinterpret_cast<const S*>(&br);
+      S* oe = reinterpret_cast<S*>(&o);
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        float y = (v[j][k] - mu) * inv;
+        if (w) y *= T::load(we[k]);
+        if (b) y += T::load(be[k]);
+        oe[k] = T::store(y);
+      }
+      reinterpret_cast<uint4*>(out + r * n)[i] = o;
     }
   }
 }
@@ -229,7 +295,10 @@ __global__ void cross_entropy_rows(const typename T::S* x, const long long* t, f
 _TYPES = {np.dtype(np.float32): ("F32", None), np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
           np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16))}
 _TAGS = [t for t, _ in _TYPES.values()]
+_VECS = (1, 2, 4, 8)  # 16-byte vectors per thread of norm_rows_vec (256 threads at most)
 _NAMES = ([f"norm_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
+          + [f"norm_rows_vec<{t},{b},{v}>" for t in _TAGS for b in ("true", "false")
+             for v in _VECS]
           + [f"norm_vjp_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
           + [f"{k}<{t}>" for k in ("rope_pairs", "attention_rows", "cross_entropy_rows")
              for t in _TAGS])
@@ -268,10 +337,19 @@ def _norm(layer: bool):
         n = x.shape[-1]
         rows = x.size // n
         out = cp.empty(x.shape, x.dtype)
-        fn = _KERNEL.function(f"norm_rows<{tag},{'true' if layer else 'false'}>")
-        fn((min(rows, 1 << 20),), (_block(n),),
-           (_v(x, view), _v(w, view), _v(b, view), _v(out, view), np.int64(rows), np.int64(n),
-            np.float32(p.eps)))
+        args = (_v(x, view), _v(w, view), _v(b, view), _v(out, view), np.int64(rows),
+                np.int64(n), np.float32(p.eps))
+        flag = "true" if layer else "false"
+        per = 16 // x.dtype.itemsize  # elements per 16-byte vector
+        nv = n // per
+        if n % per == 0 and nv <= 256 * _VECS[-1] and all(
+                a is None or a.data.ptr % 16 == 0 for a in (x, w, b, out)):
+            threads = min(256, (nv + 31) // 32 * 32)
+            vec = next(v for v in _VECS if v * threads >= nv)
+            _KERNEL.function(f"norm_rows_vec<{tag},{flag},{vec}>")(
+                (min(rows, 1 << 20),), (threads,), args)
+        else:
+            _KERNEL.function(f"norm_rows<{tag},{flag}>")((min(rows, 1 << 20),), (_block(n),), args)
         return out
     return kernel
 

@@ -3,9 +3,12 @@
 ``quantized_matmul`` and ``gather_qmm`` multiply from the packed words in one CUDA
 C++ kernel per layout, over the layout the CPU native kernel takes
 (``lazyx.backends.cpu.native_packs.quantized``): ``out[p] = x[xi[p]] @ W(wi[p])`` with
-``x`` ``(nx, M, K)`` float32, packed ``w`` ``(nw, R, C)``, float32 scales (E8M0 / E4M3
-codes decoded here with CuPy: they are 1/group_size of the weights) and int64 index
-pairs.
+``x`` ``(nx, M, K)``, packed ``w`` ``(nw, R, C)``, scales and biases, and int64 index
+pairs. ``x`` and the output are read and written in x's own type (float32, float16,
+bfloat16: templates over runtime.DTYPE_STRUCTS), and affine scales and biases of x's
+type as they are (E8M0 / E4M3 codes are decoded to float32 with CuPy, 1/group_size of
+the weights), so that a decode step is one launch and no conversions; accumulation is
+float32.
 
 * ``qmm_t`` (``transpose``: rows of W are outputs; the decode-shaped matrix-vector
   product): one warp per output ``(p, m, n)``; the lanes read consecutive packed words
@@ -18,19 +21,18 @@ pairs.
 Element decoding is the CPU kernels': affine ``scale * q + bias``; E2M1 by a 16-entry
 table; E4M3 decoded arithmetically. ``quantize``/``dequantize`` run the NumPy kernels
 on the host (they are off the hot path and must match MLX bit for bit).
-
-These kernels have not run on a GPU yet (written without one).
 """
 
 from __future__ import annotations
 
 import cupy as cp
+import ml_dtypes
 import numpy as np
 from lazyx.backends.cpu.kernels import quantized as ref
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
-from .runtime import CudaKernel, on_host
+from .runtime import DTYPE_STRUCTS, CudaKernel, on_host
 
 _SOURCE = r"""
 __device__ __constant__ float kFp4[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
@@ -58,9 +60,10 @@ __device__ __forceinline__ unsigned int code_at(const unsigned int* row, long lo
   return v & ((1u << bits) - 1u);
 }
 
-extern "C" __global__ void qmm_t(const float* x, const unsigned int* w, const float* scales,
-                                 const float* biases, const long long* xi, const long long* wi,
-                                 float* out, long long P, long long M, long long K, long long N,
+template <typename X, typename SC>
+__global__ void qmm_t(const typename X::S* x, const unsigned int* w, const typename SC::S* scales,
+                                 const typename SC::S* biases, const long long* xi, const long long* wi,
+                                 typename X::S* out, long long P, long long M, long long K, long long N,
                                  long long C, long long G, int bits, int gs, int mode,
                                  long long nx, long long nw, int has_b) {
   const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -68,10 +71,10 @@ extern "C" __global__ void qmm_t(const float* x, const unsigned int* w, const fl
   const int gshift = __ffs(gs) - 1;  // group sizes are powers of two: no 64-bit division
   if (warp >= P * M * N) return;
   const long long n = warp % N, m = (warp / N) % M, p = warp / (N * M);
-  const float* xr = x + (xi[p] * M + m) * K;
+  const typename X::S* xr = x + (xi[p] * M + m) * K;
   const unsigned int* row = w + (wi[p] * N + n) * C;
-  const float* sr = scales + (wi[p] * N + n) * G;
-  const float* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
+  const typename SC::S* sr = scales + (wi[p] * N + n) * G;
+  const typename SC::S* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
   float acc = 0.f;
   if ((32 % bits) == 0) {  // (2/4/8 bits with rows not 16-byte aligned: qmm_t4 otherwise)
     const int per = 32 / bits;
@@ -80,39 +83,40 @@ extern "C" __global__ void qmm_t(const float* x, const unsigned int* w, const fl
       const unsigned int word = row[c];
       const long long k0 = c * per;
       const long long g = k0 >> gshift;  // a word never spans two groups
-      const float s = sr[g], b = br ? br[g] : 0.f;
+      const float s = SC::load(sr[g]), b = br ? SC::load(br[g]) : 0.f;
       for (int j = 0; j < per; ++j)
-        acc = fmaf(xr[k0 + j], value((word >> (j * bits)) & mask, s, b, mode), acc);
+        acc = fmaf(X::load(xr[k0 + j]), value((word >> (j * bits)) & mask, s, b, mode), acc);
     }
   } else {
     for (long long k = lane; k < K; k += 32) {
       const long long g = k >> gshift;
-      acc = fmaf(xr[k], value(code_at(row, k, bits), sr[g], br ? br[g] : 0.f, mode), acc);
+      acc = fmaf(X::load(xr[k]), value(code_at(row, k, bits), SC::load(sr[g]), br ? SC::load(br[g]) : 0.f, mode), acc);
     }
   }
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[(p * M + m) * N + n] = acc;
+  if (lane == 0) out[(p * M + m) * N + n] = X::store(acc);
 }
 
-extern "C" __global__ void qmm_n(const float* x, const unsigned int* w, const float* scales,
-                                 const float* biases, const long long* xi, const long long* wi,
-                                 float* out, long long P, long long M, long long K, long long N,
+template <typename X, typename SC>
+__global__ void qmm_n(const typename X::S* x, const unsigned int* w, const typename SC::S* scales,
+                                 const typename SC::S* biases, const long long* xi, const long long* wi,
+                                 typename X::S* out, long long P, long long M, long long K, long long N,
                                  long long C, long long G, int bits, int gs, int mode,
                                  long long nx, long long nw, int has_b) {
   const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= P * M * N) return;
   const long long n = t % N, m = (t / N) % M, p = t / (N * M);
-  const float* xr = x + (xi[p] * M + m) * K;
+  const typename X::S* xr = x + (xi[p] * M + m) * K;
   const unsigned int* mat = w + wi[p] * K * C;
-  const float* sm = scales + wi[p] * K * G;
-  const float* bm = has_b ? biases + wi[p] * K * G : nullptr;
+  const typename SC::S* sm = scales + wi[p] * K * G;
+  const typename SC::S* bm = has_b ? biases + wi[p] * K * G : nullptr;
   const long long g = n / gs;
   float acc = 0.f;
   for (long long k = 0; k < K; ++k) {
-    const float b = bm ? bm[k * G + g] : 0.f;
-    acc = fmaf(xr[k], value(code_at(mat + k * C, n, bits), sm[k * G + g], b, mode), acc);
+    const float b = bm ? SC::load(bm[k * G + g]) : 0.f;
+    acc = fmaf(X::load(xr[k]), value(code_at(mat + k * C, n, bits), SC::load(sm[k * G + g]), b, mode), acc);
   }
-  out[t] = acc;
+  out[t] = X::store(acc);
 }
 
 // The decode-shaped fast path of qmm_t for 2-, 4- and 8-bit values, specialised by
@@ -120,10 +124,10 @@ extern "C" __global__ void qmm_n(const float* x, const unsigned int* w, const fl
 // x[m] in shared memory once (x is read 8x more bytes than the 4-bit weights per row
 // otherwise), then each warp walks its rows, each lane loading packed words
 // and decoding them in registers. Needs (K + G) * 4 bytes of shared memory.
-template <int BITS, int MODE>
-__global__ void qmm_t4(const float* x, const unsigned int* w, const float* scales,
-                       const float* biases, const long long* xi, const long long* wi,
-                       float* out, long long P, long long M, long long K, long long N,
+template <int BITS, int MODE, typename X, typename SC>
+__global__ void qmm_t4(const typename X::S* x, const unsigned int* w, const typename SC::S* scales,
+                       const typename SC::S* biases, const long long* xi, const long long* wi,
+                       typename X::S* out, long long P, long long M, long long K, long long N,
                        long long C, long long G, int gs, int has_b) {
   constexpr int per = 32 / BITS, ROWS = 64;
   constexpr unsigned int mask = (1u << BITS) - 1u;
@@ -131,9 +135,9 @@ __global__ void qmm_t4(const float* x, const unsigned int* w, const float* scale
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int gshift = __ffs(gs) - 1;  // group sizes are powers of two: no division
   const long long pm = blockIdx.y, m = pm % M, p = pm / M;
-  const float* xr = x + (xi[p] * M + m) * K;
+  const typename X::S* xr = x + (xi[p] * M + m) * K;
   float* gsum = xs_ + K;  // per-group sums of x: the bias term is b_g * gsum_g
-  for (long long k = threadIdx.x; k < K; k += blockDim.x) xs_[k] = xr[k];
+  for (long long k = threadIdx.x; k < K; k += blockDim.x) xs_[k] = X::load(xr[k]);
   __syncthreads();
   if (MODE == 0)
     for (long long g = wid; g < G; g += nwarps) {  // a warp per group, conflict-free reads
@@ -146,8 +150,8 @@ __global__ void qmm_t4(const float* x, const unsigned int* w, const float* scale
   const long long n_end = min(N, (long long)(blockIdx.x + 1) * ROWS);
   for (long long n = (long long)blockIdx.x * ROWS + wid; n < n_end; n += nwarps) {
     const unsigned int* row = w + (wi[p] * N + n) * C;
-    const float* sr = scales + (wi[p] * N + n) * G;
-    const float* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
+    const typename SC::S* sr = scales + (wi[p] * N + n) * G;
+    const typename SC::S* br = has_b ? biases + (wi[p] * N + n) * G : nullptr;
     float acc = 0.f;
     // Lane l takes words l, l + 32, ...: a warp's loads are 128 contiguous bytes, and
     // its x reads (per * 4 bytes apart) stay clear of shared-memory bank conflicts.
@@ -174,28 +178,36 @@ __global__ void qmm_t4(const float* x, const unsigned int* w, const float* scale
           }
         }
       }
-      acc = fmaf(sr[g], part, acc);
+      acc = fmaf(SC::load(sr[g]), part, acc);
     }
     if (MODE == 0)
-      for (int g = lane; g < (int)G; g += 32) acc = fmaf(br[g], gsum[g], acc);
+      for (int g = lane; g < (int)G; g += 32) acc = fmaf(SC::load(br[g]), gsum[g], acc);
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) out[(p * M + m) * N + n] = acc;
+    if (lane == 0) out[(p * M + m) * N + n] = X::store(acc);
   }
 }
 """
 
 _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
 _ROWS = 64  # output rows per block of qmm_t4 (ROWS in the source)
-_KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.quantized",
-                     name_expressions=[f"qmm_t4<{b}, {m}>" for b, m in _FAST])
+#: x's (and the output's) element type -> its struct in DTYPE_STRUCTS and the view the
+#: kernel takes; scales and biases are read in x's type when they have it, else float32.
+_X = {np.dtype(np.float32): ("F32", None), np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
+      np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16))}
+_PAIRS_OF_TYPES = [(x, x) for x in ("F32", "F16", "BF16")] + [("F16", "F32"), ("BF16", "F32")]
+_KERNEL = CudaKernel(
+    DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.quantized",
+    name_expressions=[f"{k}<{x}, {sc}>" for k in ("qmm_t", "qmm_n") for x, sc in _PAIRS_OF_TYPES]
+    + [f"qmm_t4<{b}, {m}, {x}, {sc}>" for b, m in _FAST for x, sc in _PAIRS_OF_TYPES])
 _MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
 _E4M3 = []
 
 
 def _scales(scales, mode):
-    """float32 scales on the GPU: as stored (affine), or decoded E8M0 / E4M3 codes."""
+    """Scales the kernels read: affine ones as stored, E8M0 / E4M3 codes decoded to
+    float32."""
     if mode == "affine":
-        return cp.ascontiguousarray(scales, dtype=cp.float32)
+        return cp.ascontiguousarray(scales)
     if mode == "nvfp4":
         if not _E4M3:
             _E4M3.append(cp.asarray(ref.scale_values(np.arange(256, dtype=np.uint8), "nvfp4")))
@@ -204,35 +216,51 @@ def _scales(scales, mode):
     return cp.ldexp(cp.ones(e.shape, cp.float32), cp.maximum(e, 1) - 127 - (e == 0))
 
 
+def _view(a, view):
+    return a if view is None else a.view(view)
+
+
 def _run(p, x, weights, xi, wi):
-    w = cp.ascontiguousarray(weights[0], dtype=cp.uint32)
-    w = w.reshape((-1,) + w.shape[-2:])
-    sc = _scales(weights[1], p.mode).reshape((-1,) + weights[1].shape[-2:])
-    bi = (cp.ascontiguousarray(weights[2], dtype=cp.float32).reshape(sc.shape)
-          if len(weights) > 2 else None)
-    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    """``out[p] = x[xi[p]] @ W(wi[p])`` in x's dtype (float32, float16 or bfloat16 read and
+    written as they are: a conversion per operand would cost a launch each per call)."""
+    xt = _X.get(x.dtype)
+    if xt is None:  # float64 and the rest: through float32
+        return _run(p, x.astype(cp.float32), weights, xi, wi).astype(x.dtype)
+    w = weights[0] if weights[0].dtype == cp.uint32 else weights[0].astype(cp.uint32)
+    w = cp.ascontiguousarray(w).reshape((-1,) + w.shape[-2:])
+    sc = _scales(weights[1], p.mode)
+    bi = cp.ascontiguousarray(weights[2]) if len(weights) > 2 else None
+    if sc.dtype != x.dtype or (bi is not None and bi.dtype != x.dtype):
+        sc = sc.astype(cp.float32)
+        bi = None if bi is None else bi.astype(cp.float32)
+    st = _X[sc.dtype]
+    sc = _view(sc.reshape((-1,) + weights[1].shape[-2:]), st[1])
+    bi = None if bi is None else _view(bi.reshape(sc.shape), st[1])
+    x = cp.ascontiguousarray(x)
     n = p.columns(w.shape)
     k = x.shape[-1]
     P, M = len(xi), x.shape[1]
-    out = cp.empty((P, M, n), cp.float32)
+    out = cp.empty((P, M, n), x.dtype)
     total = P * M * n
     if total:
-        args = (x, w, sc, bi if bi is not None else sc, xi, wi, out, np.int64(P), np.int64(M),
-                np.int64(k), np.int64(n), np.int64(w.shape[-1]), np.int64(sc.shape[-1]),
-                np.int32(p.bits), np.int32(p.group_size), np.int32(_MODE[p.mode]),
-                np.int64(x.shape[0]), np.int64(w.shape[0]), np.int32(bi is not None))
+        types = f"{xt[0]}, {st[0]}"
+        args = (_view(x, xt[1]), w, sc, bi if bi is not None else sc, xi, wi, _view(out, xt[1]),
+                np.int64(P), np.int64(M), np.int64(k), np.int64(n), np.int64(w.shape[-1]),
+                np.int64(sc.shape[-1]), np.int32(p.bits), np.int32(p.group_size),
+                np.int32(_MODE[p.mode]), np.int64(x.shape[0]), np.int64(w.shape[0]),
+                np.int32(bi is not None))
         threads = total * 32 if p.transpose else total
         block = 256
         grid = ((threads + block - 1) // block,)
         fast = (p.bits, _MODE[p.mode])
-        # x rows must be 16-byte aligned for the float4 loads too (K % 4 == 0 follows)
+        # x rows staged as float32 in shared memory (K + G floats)
         if p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:
-            _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}>")(
+            _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}, {types}>")(
                 ((n + _ROWS - 1) // _ROWS, P * M), (block,),
                 args[:13] + (np.int32(p.group_size), args[-1]),
                 shared_mem=(k + sc.shape[-1]) * 4)
         else:
-            _KERNEL.function("qmm_t" if p.transpose else "qmm_n")(grid, (block,), args)
+            _KERNEL.function(f"{'qmm_t' if p.transpose else 'qmm_n'}<{types}>")(grid, (block,), args)
     return out
 
 
@@ -258,7 +286,7 @@ def quantized_matmul(p, ins):
     x = ins[0]
     batch, xi, wi = _batch_pairs(x.shape[:-2], ins[1].shape[:-2])
     out = _run(p, x.reshape((-1,) + x.shape[-2:]), ins[1:], xi, wi)
-    return out.reshape(batch + out.shape[-2:]).astype(x.dtype, copy=False)
+    return out.reshape(batch + out.shape[-2:])
 
 
 def gather_qmm(p, ins):
@@ -270,7 +298,7 @@ def gather_qmm(p, ins):
             f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {x.shape[0]}) and "
             f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
     out = _run(p, x, ins[1:-2], xi, wi)
-    return out.reshape(rhs.shape + out.shape[-2:]).astype(x.dtype, copy=False)
+    return out.reshape(rhs.shape + out.shape[-2:])
 
 
 KERNELS = {

@@ -237,3 +237,43 @@ def test_softmax_and_logsumexp_kernels_match_cpu(dtype, axes):
         tol = 1e-5 if dtype in (mx.float32, mx.float64) else 2e-2
         for c, g in zip(got[mx.cpu], got[mx.gpu]):
             np.testing.assert_allclose(g, c, rtol=tol, atol=tol, equal_nan=True)
+
+
+# -- cuDNN convolutions ----------------------------------------------------------------
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", [
+    dict(stride=1, padding=1),                      # the common 3x3 'same'
+    dict(stride=2, padding=(0, 1), dilation=2),     # strided, dilated, one-sided
+    dict(stride=1, padding=0, groups=4),            # grouped
+])
+def test_conv2d_on_cudnn_matches_the_cpu_and_its_gradients(dtype, case):
+    from lazyx.backends.cuda import cudnn
+    if cudnn.library() is None:
+        pytest.skip("no cuDNN library here: convolutions run im2col on cuBLAS")
+    gen = np.random.default_rng(0)
+    x = gen.standard_normal((2, 11, 9, 8)).astype(np.float32)
+    w = (gen.standard_normal((12, 3, 3, 8 // case.get("groups", 1))) * 0.3).astype(np.float32)
+    dt = getattr(mx, dtype)
+
+    def f(a, b, stream):
+        return mx.conv2d(a, b, **case, stream=stream)
+
+    def loss(a, b, stream):
+        return mx.sum(mx.square(f(a, b, stream)), stream=stream)
+
+    ref = [np.asarray(mx.astype(v, mx.float32)) for v in
+           [f(mx.array(x).astype(dt), mx.array(w).astype(dt), mx.cpu)]
+           + list(mx.grad(lambda a, b: loss(a, b, mx.cpu), argnums=(0, 1))(
+               mx.array(x).astype(dt), mx.array(w).astype(dt)))]
+    plans = cudnn._state.setdefault("plans", {})
+    before = len(plans)
+    xg, wg = mx.array(x).astype(dt), mx.array(w).astype(dt)
+    got = [f(xg, wg, mx.gpu)] + list(mx.grad(lambda a, b: loss(a, b, mx.gpu), argnums=(0, 1))(xg, wg))
+    got = [np.asarray(mx.astype(v, mx.float32)) for v in got]
+    tol = {"float32": 2e-4, "float16": 2e-2, "bfloat16": 8e-2}[dtype]
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol * np.abs(r).max())
+    # cuDNN ran them (new plans: the forward and the two gradient convolutions), and the
+    # float32 ones without TF32 (the tolerance above is float32's)
+    assert len(plans) > before or any(k[4] == np.dtype(xg.dtype.np) for k in plans)

@@ -85,9 +85,10 @@ def _sidecars(folder):
 def _entry_of(folder, kind):
     """The entry name of the shim, of kernel 1.5 or of the precompiled header."""
     for name in os.listdir(folder):
-        if kind == "header" and name.endswith(".h.gch"):
-            return name[:-len(".h.gch")]
-        if name.endswith(".cpp") and not name.endswith(".body.cpp"):
+        if kind == "header":  # (not a .cpp: kernel 1.5's would match below)
+            if name.endswith(".h.gch"):
+                return name[:-len(".h.gch")]
+        elif name.endswith(".cpp") and not name.endswith(".body.cpp"):
             with open(os.path.join(folder, name)) as f:
                 text = f.read()
             if ("lazyx kernel-call shim" in text) == (kind == "shim") and \

@@ -210,3 +210,55 @@ def test_gather_qqmm_where_mlx_refuses(mode):
     want = [np.asarray(mlx.qqmm(mlx.array(x[i]), *mlx.quantize(mlx.array(w[j]), mode=mode),
                                 mode=mode)) for i, j in zip(lhs, rhs)]
     np.testing.assert_allclose(np.asarray(got), np.stack(want), rtol=3e-2, atol=3e-2)
+
+
+# -- nvfp4 global scale ----------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("which", ["amax", "random"])
+def test_global_scale_packing_and_values_are_bit_identical(dtype, which):
+    """quantize with a global scale: scale codes and words bit for bit; dequantize's
+    values (float32 whatever dtype asks, as MLX) exactly."""
+    gen = np.random.default_rng(3 if which == "amax" else 4)
+    for _ in range(3):
+        w = (gen.standard_normal((6, 64)) * 10.0 ** gen.uniform(-3, 3)).astype(np.float32)
+        w[0, :16] = 0
+        g = np.float32(np.abs(w).max() if which == "amax" else gen.uniform(0.1, 1000))
+        same(lambda m: list(m.quantize(m.array(w).astype(getattr(m, dtype)), mode="nvfp4",
+                                       global_scale=m.array(g))), rtol=0)
+        same(lambda m: m.dequantize(*m.quantize(m.array(w).astype(getattr(m, dtype)),
+                                                mode="nvfp4", global_scale=m.array(g)),
+                                    mode="nvfp4", global_scale=m.array(g),
+                                    dtype=getattr(m, dtype)), rtol=0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.quantize(m.zeros((2, 32)), mode="mxfp4", global_scale=m.array(1.0)),
+    lambda m: m.quantize(m.zeros((2, 32)), mode="affine", group_size=32,
+                         global_scale=m.array(1.0)),
+    lambda m: m.quantize(m.zeros((2, 32)), mode="nvfp4", global_scale=m.array([1.0, 2.0])),
+    lambda m: m.quantize(m.zeros((2, 32)), mode="nvfp4",
+                         global_scale=m.array(1.0, dtype=m.float16)),
+    lambda m: m.quantize(m.zeros((2, 32)), mode="nvfp4", global_scale=2.0),
+    lambda m: m.dequantize(*m.quantize(m.zeros((2, 32)), mode="mxfp8"), mode="mxfp8",
+                           global_scale=m.array(1.0)),
+    lambda m: m.qqmm(m.zeros((1, 32)), m.zeros((4, 32)), global_scale_x=m.array(1.0)),
+    lambda m: m.qqmm(m.zeros((1, 32)), m.zeros((4, 32)), mode="mxfp8",
+                     global_scale_x=m.array(1.0), global_scale_w=m.array(1.0)),
+])
+def test_global_scale_bad_input_as_mlx(call):
+    same(call)
+
+
+def test_quantized_matmul_decode_rows_and_stored_scale_dtypes():
+    """The decode-shaped kernel (1..8 rows) with float16 scales read as stored (bfloat16
+    is checked against float64 in tests/plugins: MLX sums bfloat16 products in bfloat16,
+    lazyx in float32, so they differ by more than a tolerance can tell from a bug)."""
+    gen = np.random.default_rng(9)
+    w = gen.standard_normal((40, 256)).astype(np.float32)
+    for dtype in ("float16",):
+        for rows in (1, 3, 8):
+            x = gen.standard_normal((rows, 256)).astype(np.float32)
+            same(lambda m: m.quantized_matmul(m.array(x).astype(getattr(m, dtype)),
+                                              *m.quantize(m.array(w).astype(getattr(m, dtype)),
+                                                          64, 4), True, 64, 4),
+                 rtol=3e-2, atol=0.2)  # MLX sums float16/bfloat16 rows of 256 in their dtype

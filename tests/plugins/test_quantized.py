@@ -245,3 +245,103 @@ def test_bad_input(call, exc, words):
         call()
     for word in words:
         assert word in str(info.value)
+
+
+# -- the decode-shaped fast path (transpose, M <= 8) ---------------------------------
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("mode,gs,bits,sdtype", [
+    ("affine", 32, 2, np.float32), ("affine", 64, 4, np.float16), ("affine", 128, 8, np.float32),
+    ("affine", 64, 4, "bfloat16"), ("affine", 64, 3, np.float32), ("mxfp4", 32, 4, None),
+    ("nvfp4", 16, 4, None), ("mxfp8", 32, 8, None)])
+def test_decode_rows_against_float64(rows, mode, gs, bits, sdtype):
+    """1..8 rows of x by packed weights with scales (and biases) as stored: float16 and
+    bfloat16 scales and E8M0/E4M3 codes are read by the kernel itself."""
+    w = _w((24, 256), 2.0)
+    x = _w((rows, 256))
+    wm = mx.array(w) if sdtype is None else mx.array(w).astype(
+        mx.bfloat16 if sdtype == "bfloat16" else mx.float16 if sdtype is np.float16 else mx.float32)
+    q, s, *b = mx.quantize(wm, gs, bits, mode)
+    b = b[0] if b else None
+    want = x.astype(np.float64) @ _deq64(q, s, b, gs, bits, mode).T
+    got = mx.quantized_matmul(mx.array(x), q, s, b, True, gs, bits, mode)
+    assert_close(got.astype(mx.float32), want, rtol=2e-3 if sdtype not in (None, np.float32)
+                 else 1e-4, atol=1e-3 * np.abs(want).max())
+
+
+def test_gather_qmm_decode_rows_against_float64():
+    w = _w((3, 16, 128))
+    x = _w((2, 4, 128))
+    q, s, b = _quantize(w, 64, 4, "affine")
+    deq = _deq64(q, s, b, 64, 4, "affine")
+    lhs, rhs = np.array([1, 0, 1]), np.array([2, 2, 0])
+    got = mx.gather_qmm(mx.array(x), q, s, b, mx.array(lhs), mx.array(rhs), True, 64, 4)
+    want = np.stack([x[i].astype(np.float64) @ deq[j].T for i, j in zip(lhs, rhs)])
+    assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+# -- nvfp4 global scale -----------------------------------------------------------------
+def _global_deq64(q, scales, g, bits=4):
+    """fp(q) * scale * g / 2688 in float64."""
+    vals = ref.element_values(ref.unpack(np.asarray(q), bits), "nvfp4").astype(np.float64)
+    sc = ref.scale_values(np.asarray(scales), "nvfp4").astype(np.float64) * float(g) / 2688
+    return (vals.reshape(vals.shape[:-1] + (-1, 16)) * sc[..., None]).reshape(vals.shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_global_scale_round_trip(backend):
+    """With g the tensor's amax, the group scales use E4M3's range and dequantize
+    recovers w within one E2M1 step of each group's scale."""
+    w = _w((6, 64), 3.0)
+    g = mx.array(np.abs(w).max(), dtype=mx.float32)
+    with mx.use_backend("cpu", backend):
+        q, s = mx.quantize(mx.array(w), mode="nvfp4", global_scale=g)
+        d = mx.dequantize(q, s, mode="nvfp4", global_scale=g, dtype=mx.bfloat16)
+    assert d.dtype == mx.float32  # as MLX: the float32 global scale decides
+    want = _global_deq64(q, s, np.abs(w).max())
+    assert_close(d, want, rtol=1e-6, atol=0)
+    step = (np.abs(w).reshape(6, 4, 16).max(-1) / 6 * 2)[..., None]  # the widest E2M1 gap
+    assert np.all(np.abs(np.asarray(d).reshape(6, 4, 16) - w.reshape(6, 4, 16)) <= step * 1.07)
+    assert np.asarray(s).max() >= 0x78  # large codes: the scales span E4M3's range
+
+
+def test_qqmm_with_global_scales_against_float64():
+    x, w = _w((3, 64)), _w((5, 64), 2.0)
+    gx = mx.array(np.abs(x).max(), dtype=mx.float32)
+    gw = mx.array(np.abs(w).max(), dtype=mx.float32)
+    got = mx.qqmm(mx.array(x), mx.array(w), global_scale_x=gx, global_scale_w=gw)
+    xq = _global_deq64(*mx.quantize(mx.array(x), mode="nvfp4", global_scale=gx), np.asarray(gx))
+    wq = _global_deq64(*mx.quantize(mx.array(w), mode="nvfp4", global_scale=gw), np.asarray(gw))
+    assert_close(got, xq @ wq.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda: mx.quantize(mx.zeros((2, 32)), mode="mxfp4", global_scale=mx.array(1.0)),
+     ArgumentError, ["quantize", "nvfp4", "mxfp4"]),
+    (lambda: mx.quantize(mx.zeros((2, 32)), mode="nvfp4", global_scale=mx.array([1.0, 2.0])),
+     ShapeError, ["scalar", "(2,)"]),
+    (lambda: mx.quantize(mx.zeros((2, 32)), mode="nvfp4",
+                         global_scale=mx.array(1.0, dtype=mx.float16)), DtypeError, ["float16"]),
+    (lambda: mx.quantize(mx.zeros((2, 32)), mode="nvfp4", global_scale=2.0), DtypeError,
+     ["float32 array"]),
+    (lambda: mx.dequantize(mx.zeros((2, 4), mx.uint32), mx.zeros((2, 1), mx.uint8),
+                           mode="mxfp8", global_scale=mx.array(1.0)), ArgumentError,
+     ["dequantize", "nvfp4"]),
+    (lambda: mx.qqmm(mx.zeros((1, 32)), mx.zeros((4, 32)), global_scale_x=mx.array(1.0)),
+     ArgumentError, ["qqmm", "both"]),
+])
+def test_global_scale_bad_input(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_global_scale_vmap_unbatched():
+    w = _w((3, 4, 32))
+    g = mx.array(5.0, dtype=mx.float32)
+    got = mx.vmap(lambda a: mx.dequantize(*mx.quantize(a, mode="nvfp4", global_scale=g),
+                                          mode="nvfp4", global_scale=g))(mx.array(w))
+    want = np.stack([np.asarray(mx.dequantize(*mx.quantize(mx.array(a), mode="nvfp4",
+                                                            global_scale=g),
+                                              mode="nvfp4", global_scale=g)) for a in w])
+    assert_close(got, want, rtol=0, atol=0)

@@ -25,6 +25,11 @@ are written over an array module (NumPy here, CuPy in ``lazyx.backends.cuda.lina
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
 import numpy as np
 from scipy.linalg import lapack
 
@@ -37,6 +42,14 @@ _U32 = np.dtype(np.uint32)
 
 _routines: dict = {}
 _workspaces: dict = {}
+
+#: Cores a batch of matrices is split over (see :func:`_over_batch`).
+WORKERS = os.cpu_count() or 1
+_pool: list = []
+_controller: list = []
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limiter = None
 
 
 def _lapack(name: str, a):
@@ -65,6 +78,61 @@ def _failed(p, a, what: str) -> LinAlgError:
 def _matrices(x):
     """The matrices of ``x`` (C-contiguous, ``(..., M, N)``) as 2-D views."""
     return x.reshape((-1,) + x.shape[-2:])
+
+
+def _blas_limit():
+    """threadpoolctl's controller of the BLAS libraries loaded, made on first use (it
+    scans them: ~15 ms); None where it fails (a dependency, but a BLAS it cannot
+    control must not stop a factorization: the batch then runs on one thread)."""
+    if not _controller:
+        try:
+            import threadpoolctl  # a scan of the loaded libraries: only when a batch needs it
+            _controller.append(threadpoolctl.ThreadpoolController())
+        except Exception:  # noqa: BLE001 - missing or failing: batches stay on one thread
+            _controller.append(None)
+    return _controller[0]
+
+
+@contextmanager
+def _one_blas_thread():
+    """BLAS at one thread while any kernel runs a batch split over the cores, restored
+    when the last one leaves (the setting is the process's, so it is counted)."""
+    global _blas_users, _blas_limiter
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limiter = _blas_limit().limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limiter.restore_original_limits()
+
+
+def _over_batch(fn, count: int) -> None:
+    """``fn(lo, hi)`` over chunks of ``range(count)``, one a core (the calling thread
+    takes the first), with BLAS at one thread: a batch of small matrices runs LAPACK
+    once per matrix, and a core a matrix beats BLAS's threads inside one (its
+    threads spin on matrices of 64x64 and on a shared machine). ``fn`` must call code
+    that lets go of the GIL."""
+    workers = min(WORKERS, count)
+    bounds = [count * i // workers for i in range(workers + 1)]
+    with _one_blas_thread():
+        if workers == 1:
+            fn(0, count)
+            return
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(WORKERS - 1, thread_name_prefix="lazyx-linalg"))
+        rest = [_pool[0].submit(fn, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        try:
+            fn(bounds[0], bounds[1])
+        finally:
+            for f in rest:  # wait for every chunk (they write into the outputs) ...
+                f.exception()
+        for f in rest:      # ... then raise the first error, if any
+            f.result()
 
 
 def per_matrix(fn, a, *more, xp=np):
@@ -140,15 +208,100 @@ def _qr(p, ins):
     # Each matrix in Fortran order (C order of A^T): geqrf packs R and the reflectors
     # there, orgqr turns the first K columns into Q in place.
     f = np.swapaxes(a, -1, -2).copy()
-    r = np.empty((*batch, k, n), a.dtype)
+    r = np.zeros((*batch, k, n), a.dtype)
     geqrf, orgqr = _lapack("geqrf", f), _lapack("orgqr", f)
     work = _lwork("geqrf_lwork", f, m, n)  # n * block size: enough for orgqr's k columns too
+    upper = _upper_mask(k, n)
     for x, ri in zip(_matrices(f), _matrices(r)):
         h, tau, _, _ = geqrf(x.T, lwork=work, overwrite_a=True)
-        ri[...] = h[:k]
+        np.copyto(ri, h[:k], where=upper)  # R: its triangle into zeros, in one pass
         orgqr(h[:, :k], tau, lwork=work, overwrite_a=True)
     q = np.swapaxes(f, -1, -2)[..., :k]
-    return np.ascontiguousarray(q), np.triu(r)
+    return np.ascontiguousarray(q), r
+
+
+def _upper_mask(k: int, n: int):
+    """True on and above the diagonal of a ``k`` by ``n`` matrix (kept for the size)."""
+    key = ("triu", k, n)
+    mask = _workspaces.get(key)
+    if mask is None:
+        mask = _workspaces[key] = np.triu(np.ones((k, n), bool))
+    return mask
+
+
+def _raw_lapack(name: str, dtype):
+    """LAPACK routine ``name`` for ``dtype`` as a ctypes function that releases the GIL
+    while it runs: the pointer SciPy exports for Cython (``scipy.linalg.cython_lapack``,
+    the same library as :func:`_lapack`'s wrappers), every argument a pointer. None
+    where SciPy does not export it."""
+    key = ("raw", name, dtype.char)
+    if key not in _routines:
+        fn = None
+        try:
+            import ctypes  # only for batches: the first call pays the import
+
+            from scipy.linalg import cython_lapack
+            capsule = cython_lapack.__pyx_capi__[_PREFIX[dtype.char] + name]
+            api = ctypes.pythonapi
+            api.PyCapsule_GetName.restype, api.PyCapsule_GetName.argtypes = \
+                ctypes.c_char_p, [ctypes.py_object]
+            api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = \
+                ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+            address = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
+            fn = ctypes.CFUNCTYPE(None)(address)  # argtypes unset: pointers pass as given
+        except Exception:  # noqa: BLE001 - no export: the caller takes SciPy's wrapper
+            fn = None
+        _routines[key] = fn
+    return _routines[key]
+
+
+#: LAPACK's letter of each NumPy dtype character.
+_PREFIX = {"f": "s", "d": "d", "F": "c", "D": "z"}
+
+
+def _gesdd_chunk(p, a, gesdd, xs, ss, us, vts, lo: int, hi: int) -> None:
+    """The SVDs of matrices ``xs[lo:hi]`` (C order, overwritten) through the raw
+    ``gesdd``: values into ``ss``, and ``U``/``Vt`` into ``us``/``vts`` unless they are
+    None. Each C-ordered matrix is ``A^T`` in Fortran order, and ``A^T = U' S V'^H``
+    gives ``A``'s ``U`` as the C order of the ``V'^H`` LAPACK writes and ``Vt`` as that
+    of ``U'``: LAPACK writes the outputs where they belong, without a copy."""
+    import ctypes  # already imported by _raw_lapack
+
+    m, n = xs.shape[-2:]
+    k = min(m, n)
+    ref, ptr = ctypes.byref, ctypes.c_void_p
+    dt = xs.dtype
+    jobz = ctypes.c_char(b"A" if us is not None else b"N")
+    rows, cols, info = ctypes.c_int(n), ctypes.c_int(m), ctypes.c_int(0)
+    iwork = np.empty(8 * k, np.intc)
+    rwork = None
+    if dt.kind == "c":  # LAPACK 3.7's bound, and 3.6's for jobz='N'
+        rwork = np.empty(max(7 * k, 5 * k * k + 5 * k, 2 * max(m, n) * k + 2 * k * k + k),
+                         ss.dtype)
+    one = ctypes.c_int(1)
+    uv = us is not None
+    ldu, ldvt = (rows, cols) if uv else (one, one)
+
+    def call(x, s, u, v, work, lwork):
+        args = [ref(jobz), ref(rows), ref(cols), ptr(x), ref(rows), ptr(s), ptr(u), ref(ldu),
+                ptr(v), ref(ldvt), ptr(work), ref(lwork)]
+        if rwork is not None:
+            args.append(ptr(rwork.ctypes.data))
+        gesdd(*args, ptr(iwork.ctypes.data), ref(info))
+
+    query = np.empty(1, dt)  # the workspace query's answer, and the unused factors' place
+    x0, sb, dummy = xs.ctypes.data, ss.ctypes.data, query.ctypes.data
+    call(x0, sb, dummy, dummy, dummy, ctypes.c_int(-1))
+    work = np.empty(max(1, int(query[0].real)), dt)
+    lwork, w = ctypes.c_int(work.size), work.ctypes.data
+    sx, sst = xs.strides[0], ss.strides[0]
+    ub, su = (us.ctypes.data, us.strides[0]) if uv else (dummy, 0)
+    vb, sv = (vts.ctypes.data, vts.strides[0]) if uv else (dummy, 0)
+    for i in range(lo, hi):
+        # LAPACK's U' (N x N in Fortran order) is Vt in C order, its V'^H is U.
+        call(x0 + i * sx, sb + i * sst, vb + i * sv, ub + i * su, w, lwork)
+        if info.value != 0:
+            raise _failed(p, a, "The SVD did not converge")
 
 
 def _svd(p, ins):
@@ -166,18 +319,31 @@ def _svd(p, ins):
             return u, s, vt
         return s
     c = np.ascontiguousarray(a)
-    gesdd = _lapack("gesdd", c)
     uv = int(p.compute_uv)
+    xs, ss = _matrices(c), s.reshape(-1, k)
+    if uv:
+        us, vts = u.reshape(-1, m, m), vt.reshape(-1, n, n)
+    raw = None
+    if xs.shape[0] > 1 and _blas_limit() is not None:
+        raw = _raw_lapack("gesdd", c.dtype)
+    if raw is not None:
+        # A batch: one chunk of matrices a core, each through the same LAPACK routine
+        # as below (so the same signs) called without the GIL, which SciPy's wrapper of
+        # gesdd holds, on a copy it may overwrite; the factors land in u and vt in place.
+        xs = _matrices(np.array(a, order="C"))
+        _over_batch(lambda lo, hi: _gesdd_chunk(p, a, raw, xs, ss, us if uv else None,
+                                                vts if uv else None, lo, hi), xs.shape[0])
+        return (u, s, vt) if p.compute_uv else s
+    gesdd = _lapack("gesdd", c)
     work = _lwork("gesdd_lwork", c, n, m, compute_uv=uv, full_matrices=1)
-    for i, x in enumerate(_matrices(c)):
+    for i, x in enumerate(xs):
         # x.T is A^T in Fortran order: A^T = U' S V'  means  A = V'^T S U'^T.
         u2, s2, v2, info = gesdd(x.T, compute_uv=uv, full_matrices=1, lwork=work)
         if info > 0:
             raise _failed(p, a, "The SVD did not converge")
-        s.reshape(-1, k)[i] = s2
+        ss[i] = s2
         if uv:
-            u.reshape(-1, m, m)[i] = v2.T
-            vt.reshape(-1, n, n)[i] = u2.T
+            us[i], vts[i] = v2.T, u2.T
     return (u, s, vt) if p.compute_uv else s
 
 

@@ -17,6 +17,11 @@ _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.compl
 def _product(a, b):
     """``a @ b`` in a dtype BLAS handles, and the dtype to return."""
     d = a.dtype
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous and a.size:
+        # One matrix b for a stack of a's (a Linear layer on a batch of sequences): one
+        # gemm over all the rows, where NumPy's stacked loop calls one per matrix.
+        out, d = _product(a.reshape(-1, a.shape[-1]), b)
+        return out.reshape(*a.shape[:-1], b.shape[-1]), d
     if d in _BLAS:
         return np.matmul(a, b), d
     return np.matmul(a.astype(_f32), b.astype(_f32)), d

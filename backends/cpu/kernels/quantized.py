@@ -14,7 +14,10 @@ words and scales are bit-identical to MLX's:
   E2M1 value (ties to the first in MLX's table: the smaller magnitude, +0 for a
   signed zero) or E4M3 (round to nearest even).
 * ``nvfp4``: the scale is ``amax / 6`` rounded to E4M3 (saturating at 448);
-  elements ``w / scale`` as for mxfp4.
+  elements ``w / scale`` as for mxfp4. With a global scale ``g`` (float32), as MLX: the
+  scale is ``(amax / 6) * (2688 / g)`` (the quotient in ``w``'s dtype, the product in
+  float32) rounded to E4M3, the elements ``(w / scale) * (2688 / g)`` (the quotient in
+  ``w``'s dtype); dequantized values are ``fp(q) * (scale * (g / 2688))`` in float32.
 
 Packing is the little-endian bit stream of the values in uint32 words.
 ``quantized_matmul`` here dequantizes, then multiplies in float32 (the reference:
@@ -119,13 +122,16 @@ def _fp_codes(v: np.ndarray, mode: str) -> np.ndarray:
     return np.argmin(np.abs(v[..., None] - FP4), axis=-1).astype(np.uint8)
 
 
-def _fp(w, gs, bits, mode):
+def _fp(w, gs, bits, mode, global_scale=None):
     t = w.dtype
     g = w.reshape(-1, gs)
     amax = np.abs(g).max(-1, keepdims=True)
     # amax / 6 (or 448) in w's dtype, as MLX divides (a float16 quotient may be subnormal)
     s = (amax / np.asarray(6 if bits == 4 else 448, t)).astype(t).astype(np.float32)
+    inv = None if global_scale is None else _global_inverse(global_scale)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if inv is not None:
+            s = s * inv
         if mode == "nvfp4":
             codes = np.minimum(s, np.float32(448)).astype(_e4m3()).view(np.uint8)
             scale = codes.view(_e4m3()).astype(t)
@@ -136,20 +142,37 @@ def _fp(w, gs, bits, mode):
             codes = (e + 127).astype(np.uint8)
             scale = np.exp2(e).astype(t)
         v = (g / scale).astype(t).astype(np.float32)  # the division in w's dtype, as MLX
+        if inv is not None:
+            v = v * inv
     vals = _fp_codes(v, mode)
     lead = w.shape[:-1] + (w.shape[-1] // gs,)
     return pack(vals.reshape(w.shape), bits), codes.reshape(lead)
 
 
-def quantize(w: np.ndarray, gs: int, bits: int, mode: str) -> tuple:
+def _global_inverse(global_scale) -> np.float32:
+    """``2688 / g`` in float32 (E4M3's 448 times E2M1's 6 over the global scale)."""
+    return np.float32(448 * 6) / np.float32(np.asarray(global_scale).reshape(()))
+
+
+def quantize(w: np.ndarray, gs: int, bits: int, mode: str, global_scale=None) -> tuple:
     w = np.ascontiguousarray(w)
-    return _affine(w, gs, bits) if mode == "affine" else _fp(w, gs, bits, mode)
+    if mode == "affine":
+        return _affine(w, gs, bits)
+    return _fp(w, gs, bits, mode, global_scale)
 
 
-def dequantize(w, scales, biases, gs, bits, mode, dtype=np.float32) -> np.ndarray:
+def dequantize(w, scales, biases, gs, bits, mode, dtype=np.float32,
+               global_scale=None) -> np.ndarray:
     """Values of packed ``w``, cast to ``dtype``. Affine arithmetic runs in the scales'
     dtype (``scale * q`` rounded, then ``+ bias`` rounded), as MLX's CPU kernel does;
-    the float modes multiply in float32."""
+    the float modes multiply in float32 (with a global scale ``g``, by the group scale
+    times ``g / 2688``, folded first as MLX does)."""
+    if global_scale is not None:
+        factor = np.float32(np.asarray(global_scale).reshape(())) / np.float32(448 * 6)
+        vals = element_values(unpack(w, bits), mode)
+        sc = scale_values(scales, mode) * factor
+        g = vals.reshape(vals.shape[:-1] + (-1, gs)) * sc[..., None]
+        return g.reshape(vals.shape).astype(dtype)
     if mode == "affine":
         t = scales.dtype
         vals = unpack(w, bits).astype(t)
@@ -168,12 +191,17 @@ def fake_quantize(x, gs, bits, mode):
 
 # -- kernels ---------------------------------------------------------------------------
 def _quantize_kernel(p, ins):
-    return quantize(ins[0], p.group_size, p.bits, p.mode)
+    return quantize(ins[0], p.group_size, p.bits, p.mode, ins[1] if len(ins) > 1 else None)
 
 
 def _dequantize_kernel(p, ins):
-    w, scales, biases = ins[0], ins[1], ins[2] if len(ins) > 2 else None
-    return dequantize(w, scales, biases, p.group_size, p.bits, p.mode, p.dtype.np)
+    """Inputs ``(w, scales[, biases])``, or ``(w, scales, global_scale)`` in the float
+    modes (which have no biases)."""
+    w, scales = ins[0], ins[1]
+    third = ins[2] if len(ins) > 2 else None
+    if p.mode == "affine":
+        return dequantize(w, scales, third, p.group_size, p.bits, p.mode, p.dtype.np)
+    return dequantize(w, scales, None, p.group_size, p.bits, p.mode, p.dtype.np, third)
 
 
 def _weights(p, ins):

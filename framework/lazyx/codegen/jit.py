@@ -75,10 +75,13 @@ __all__ = ["KernelCompileError", "KernelCacheError", "compiler", "available", "c
 
 #: Flags besides ``-O3 -march=native -shared -fPIC``: C++17; wrapping signed integer
 #: arithmetic (NumPy's overflow behaviour, and no undefined behaviour); math
-#: functions that need not set ``errno`` (so that they vectorise); complex
-#: multiplication and division without C99's inf/NaN recovery (as NumPy does).
+#: functions that need not set ``errno`` (so that they vectorise); no floating-point
+#: traps (nothing reads the exception flags; without it GCC will not speculate the
+#: division of a select's other arm, so the saturating ``erf``/``tanh`` fits and every
+#: loop with such a select stay scalar: 4x slower GELU); complex multiplication and
+#: division without C99's inf/NaN recovery (as NumPy does). Values are IEEE's either way.
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c++17", "-fwrapv",
-         "-fno-math-errno", "-fcx-fortran-rules")
+         "-fno-math-errno", "-fno-trapping-math", "-fcx-fortran-rules")
 
 _CANDIDATES = ("c++", "g++", "clang++")
 _ERROR_LINES = 12
@@ -680,7 +683,9 @@ def _link_flags() -> list[str]:
 _SHIM = r"""// lazyx kernel-call shim (generated; see lazyx/codegen/jit.py)
 // A Python extension module: lazyx_shim.contiguous(fn, arrays, n, threads) and
 // lazyx_shim.strided(fn, arrays, layout, nd, n, threads) call kernel entry point
-// ``fn`` (an address) with the data pointers of the NumPy arrays in tuple ``arrays``.
+// ``fn`` (an address) with the data pointers of the NumPy arrays in tuple ``arrays``;
+// range_contiguous and range_strided do the same through a kernel's range entry
+// points, splitting the loop over the thread pool given to set_runner.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -742,11 +747,104 @@ static PyObject* lx_strided(PyObject*, PyObject* const* args, Py_ssize_t nargs) 
   return PyLong_FromLong(rc);
 }
 
+// -- loops split over a thread pool ----------------------------------------------
+// set_runner(address) hands the shim a pool's entry, run_parallel(fn, ctx, n, chunk,
+// threads): it runs fn(ctx, begin, end) over [0, n) in chunks of `chunk` on up to
+// `threads` threads (the caller's included), the chunks claimed by whichever thread
+// is free (the cpu backend's native pool: one pool for every kernel). The loop is cut
+// into a few chunks per thread, each a multiple of 64 elements so that no two threads
+// write one cache line. Without a runner, or with one thread, the loop runs here.
+typedef void (*contiguous_range_fn)(void* const*, int64_t, int64_t);
+typedef void (*strided_range_fn)(void* const*, const int64_t*, const int64_t*, int, int64_t, int64_t);
+typedef void (*chunk_fn)(void*, size_t, size_t);
+typedef void (*runner_fn)(chunk_fn, void*, size_t, size_t, size_t);
+static runner_fn lx_runner = nullptr;
+
+struct lx_job {
+  void* fn;
+  void* const* buf;
+  const int64_t* shape;
+  const int64_t* st;
+  int nd;
+};
+
+static void lx_contiguous_chunk(void* ctx, size_t b, size_t e) {
+  const lx_job* j = static_cast<const lx_job*>(ctx);
+  reinterpret_cast<contiguous_range_fn>(j->fn)(j->buf, (int64_t)b, (int64_t)e);
+}
+
+static void lx_strided_chunk(void* ctx, size_t b, size_t e) {
+  const lx_job* j = static_cast<const lx_job*>(ctx);
+  reinterpret_cast<strided_range_fn>(j->fn)(j->buf, j->shape, j->st, j->nd, (int64_t)b, (int64_t)e);
+}
+
+static void lx_split(chunk_fn fn, lx_job* job, int64_t n, int threads) {
+  if (threads <= 1 || lx_runner == nullptr) { fn(job, 0, (size_t)n); return; }
+  const int64_t chunks = 4 * (int64_t)threads;
+  const int64_t chunk = ((n + chunks - 1) / chunks + 63) / 64 * 64;
+  if (chunk >= n) { fn(job, 0, (size_t)n); return; }
+  lx_runner(fn, job, (size_t)n, (size_t)chunk, (size_t)threads);
+}
+
+static PyObject* lx_set_runner(PyObject*, PyObject* arg) {
+  void* fn = PyLong_AsVoidPtr(arg);
+  if (PyErr_Occurred()) return nullptr;
+  lx_runner = reinterpret_cast<runner_fn>(fn);
+  Py_RETURN_NONE;
+}
+
+// range_contiguous(fn, arrays, n, threads): fn is a kernel's lazyx_contiguous_range.
+static PyObject* lx_range_contiguous(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "range_contiguous takes 4 arguments"); return nullptr; }
+  lx_job job = {PyLong_AsVoidPtr(args[0]), nullptr, nullptr, nullptr, 0};
+  int64_t n = PyLong_AsLongLong(args[2]);
+  int threads = (int)PyLong_AsLong(args[3]);
+  void* ptrs[lx_max_buffers];
+  if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
+  job.buf = ptrs;
+  if (n < lx_release_gil) {
+    lx_split(lx_contiguous_chunk, &job, n, 1);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    lx_split(lx_contiguous_chunk, &job, n, threads);
+    Py_END_ALLOW_THREADS
+  }
+  return PyLong_FromLong(0);
+}
+
+// range_strided(fn, arrays, layout, nd, n, threads): fn is a kernel's lazyx_strided_range.
+static PyObject* lx_range_strided(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) { PyErr_SetString(PyExc_TypeError, "range_strided takes 6 arguments"); return nullptr; }
+  if (!PyBytes_Check(args[2])) { PyErr_SetString(PyExc_TypeError, "layout must be bytes"); return nullptr; }
+  const int64_t* layout = reinterpret_cast<const int64_t*>(PyBytes_AS_STRING(args[2]));
+  int nd = (int)PyLong_AsLong(args[3]);
+  lx_job job = {PyLong_AsVoidPtr(args[0]), nullptr, layout, layout + nd, nd};
+  int64_t n = PyLong_AsLongLong(args[4]);
+  int threads = (int)PyLong_AsLong(args[5]);
+  void* ptrs[lx_max_buffers];
+  if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
+  if (nd < 1 || nd > 16 || PyBytes_GET_SIZE(args[2]) < (Py_ssize_t)(8 * nd)) return PyLong_FromLong(2);
+  job.buf = ptrs;
+  if (n < lx_release_gil) {
+    lx_split(lx_strided_chunk, &job, n, 1);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    lx_split(lx_strided_chunk, &job, n, threads);
+    Py_END_ALLOW_THREADS
+  }
+  return PyLong_FromLong(0);
+}
+
 static PyMethodDef lx_methods[] = {
   {"contiguous", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_contiguous)),
    METH_FASTCALL, "Call a kernel's contiguous entry point."},
   {"strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_strided)),
    METH_FASTCALL, "Call a kernel's strided entry point."},
+  {"range_contiguous", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_range_contiguous)),
+   METH_FASTCALL, "Run a kernel's contiguous loop through its range entry point, on the pool."},
+  {"range_strided", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(lx_range_strided)),
+   METH_FASTCALL, "Run a kernel's strided loop through its range entry point, on the pool."},
+  {"set_runner", lx_set_runner, METH_O, "Set the thread pool's run_parallel address (0: none)."},
   {nullptr, nullptr, 0, nullptr}};
 static struct PyModuleDef lx_module = {PyModuleDef_HEAD_INIT, "lazyx_shim", nullptr, -1, lx_methods};
 PyMODINIT_FUNC PyInit_lazyx_shim(void) { return PyModule_Create(&lx_module); }
@@ -770,7 +868,9 @@ def _load_module(path: str):
 
 
 def shim():
-    """The call shim (a Python extension module with ``contiguous`` and ``strided``),
+    """The call shim (a Python extension module with ``contiguous`` and ``strided``,
+    ``range_contiguous`` and ``range_strided`` for loops split over the thread pool set
+    with ``set_runner``),
     or None when it cannot be built (no Python or NumPy headers): callers then read
     the data addresses in Python."""
     global _shim, _shim_error
