@@ -24,7 +24,10 @@ it), as MLX's ``Custom`` primitives do; otherwise they are MLX's own:
   that gives the input's cotangent and the weight's and bias's sums over rows;
 * ``rope``: linear in its input, so the vjp is ``rope`` with the inverse rotation and
   the jvp ``rope`` of the tangent (MLX refuses gradients of ``offset`` and ``freqs``);
-* ``scaled_dot_product_attention``: the vjp of the composition in ops, as MLX's CPU;
+* ``scaled_dot_product_attention``: the vjp is one fused backward node
+  (:class:`ScaledDotProductAttentionVJP`, MLX's ``ScaledDotProductAttentionVJP``:
+  FlashAttention-2's backward) giving the cotangents of ``q``, ``k``, ``v`` and the
+  sinks; the cotangent of a mask array, rarely asked for, is the composition's;
 * vmap folds the batch into a leading axis where the per-example call allows it
   (the norms, ``rope``, attention), else maps the composition.
 """
@@ -556,7 +559,8 @@ class ScaledDotProductAttention(_Fused):
             else:
                 scores = mx.add(scores, cast(m, c, s), stream=s)
         if self.sinks:
-            sk = mx.reshape(cast(inputs[k_in], c, s), (1, hq, 1, 1), stream=s)
+            # (Hq,), or (B, Hq) per batch in the backward's composition
+            sk = mx.reshape(cast(inputs[k_in], c, s), (-1, hq, 1, 1), stream=s)
             sk = mx.broadcast_to(sk, scores._shape[:3] + (1,), stream=s)
             scores = mx.concatenate([sk, scores], -1, stream=s)
         p = mx.softmax(scores, -1, stream=s)
@@ -564,25 +568,98 @@ class ScaledDotProductAttention(_Fused):
             p = p[..., 1:]
         return [cast(mx.matmul(p, vf, stream=s), d, s)]
 
+    def vjp(self, primals, cotangents, argnums, outputs):
+        if self.mask == "array" and 3 in argnums:  # the mask's cotangent: the composition's
+            return super().vjp(primals, cotangents, argnums, outputs)
+        s = self.stream
+        p = ScaledDotProductAttentionVJP(s, self.scale, self.mask, self.sinks)
+        ins = list(primals) + [outputs[0], cast(cotangents[0], primals[0]._dtype, s)]
+        outs = lazy_multi(p.output_shapes(ins), p.output_dtypes(ins), p, tuple(ins))
+        grads = list(outs[:3]) + [None] * (self.mask == "array")  # by input index
+        if self.sinks:  # per batch from the kernel: summed here
+            grads.append(mx.sum(outs[3], 0, stream=s))
+        return [grads[i] for i in argnums]
+
     def vmap(self, inputs, axes):
         if any(a is not None for a in axes[3:]):
             return super().vmap(inputs, axes)
-        s = self.stream
-        n = next(x._shape[a] for x, a in zip(inputs, axes) if a is not None)
-        qkv = []
-        for x, a in zip(inputs[:3], axes[:3]):
-            if a is None:
-                x = mx.broadcast_to(mx.expand_dims(x, 0, stream=s), (n,) + x._shape, stream=s)
-            elif a:
-                x = mx.moveaxis(x, a, 0, stream=s)
-            qkv.append(mx.reshape(x, (-1,) + x._shape[2:], stream=s))
-        rest = list(inputs[3:])
-        if self.mask == "array" and rest[0]._shape[0] != 1:
-            m = rest[0]  # the batch folds into B: a per-example mask repeats per batch
-            m = mx.broadcast_to(mx.expand_dims(m, 0, stream=s), (n,) + m._shape, stream=s)
-            rest[0] = mx.reshape(m, (-1,) + m._shape[2:], stream=s)
-        out = _node(ScaledDotProductAttention(s, self.scale, self.mask, self.sinks), qkv + rest)
-        return [mx.reshape(out, (n, -1) + out._shape[1:], stream=s)], [0]
+        return _fold_attention(self, inputs, axes, 3)
+
+
+def _fold_attention(p, inputs, axes, per_batch: int):
+    """vmap of attention or its backward by folding the vmapped axis into the batch
+    axis: the first ``per_batch`` inputs and the last ``len(inputs) - per_batch - mask -
+    sinks`` ones (the backward's output and cotangent) have a batch axis; the mask and
+    the sinks are unbatched (a per-batch mask repeats per vmapped example)."""
+    s = p.stream
+    n = next(x._shape[a] for x, a in zip(inputs, axes) if a is not None)
+    extra = (p.mask == "array") + p.sinks
+    ins = list(inputs)
+    for i in list(range(per_batch)) + list(range(per_batch + extra, len(inputs))):
+        x, a = inputs[i], axes[i]
+        if a is None:
+            x = mx.broadcast_to(mx.expand_dims(x, 0, stream=s), (n,) + x._shape, stream=s)
+        elif a:
+            x = mx.moveaxis(x, a, 0, stream=s)
+        ins[i] = mx.reshape(x, (-1,) + x._shape[2:], stream=s)
+    if p.mask == "array" and inputs[per_batch]._shape[0] != 1:
+        m = inputs[per_batch]  # the batch folds into B: a per-example mask repeats per batch
+        m = mx.broadcast_to(mx.expand_dims(m, 0, stream=s), (n,) + m._shape, stream=s)
+        ins[per_batch] = mx.reshape(m, (-1,) + m._shape[2:], stream=s)
+    t = tuple(ins)
+    shapes, dtypes = p.output_shapes(t), p.output_dtypes(t)
+    outs = lazy_multi(shapes, dtypes, p, t) if len(shapes) > 1 else [_node(p, t)]
+    return [mx.reshape(o, (n, -1) + o._shape[1:], stream=s) for o in outs], [0] * len(outs)
+
+
+class ScaledDotProductAttentionVJP(_Fused):
+    """The fused backward of :class:`ScaledDotProductAttention` (MLX's
+    ``ScaledDotProductAttentionVJP``): inputs the forward's ``(q, k, v[, mask]
+    [, sinks])``, its output and the output's cotangent; outputs the cotangents of
+    ``q``, ``k`` and ``v`` (those of ``k``/``v`` summed over the query heads that share
+    a kv head) and, with sinks, the sinks' cotangent per batch, ``(B, Hq)`` in the
+    compute dtype (float32 for half types; the forward's rule sums it). One
+    FlashAttention-2 backward kernel: the scores and their softmax are recomputed
+    block by block from each row's statistics, never held whole. Its composition (and
+    so its own rules: second-order derivatives) is the vjp of the forward's."""
+
+    __slots__ = ("scale", "mask", "sinks")
+    scale: float
+    mask: Literal["none", "causal", "array"]
+    sinks: bool
+
+    def output_shapes(self, inputs):
+        q = tuple(inputs[0].shape)
+        shapes = [q, tuple(inputs[1].shape), tuple(inputs[2].shape)]
+        return shapes + [q[:2]] if self.sinks else shapes
+
+    def output_dtypes(self, inputs):
+        d = inputs[0].dtype
+        return [d, d, d] + ([_compute(d)] if self.sinks else [])
+
+    def fallback(self, inputs):
+        primals, cot = list(inputs[:-2]), inputs[-1]
+        forward = ScaledDotProductAttention(self.stream, self.scale, self.mask, self.sinks)
+        moving = [0, 1, 2]
+        if self.sinks:  # per batch: differentiate sinks broadcast to (B, Hq)
+            s, q = self.stream, primals[0]
+            sk = cast(primals[-1], _compute(q._dtype), s)
+            primals[-1] = mx.broadcast_to(mx.expand_dims(sk, 0, stream=s), q._shape[:2], stream=s)
+            moving.append(len(primals) - 1)
+
+        def fn(*xs):
+            ys = list(primals)
+            for i, x in zip(moving, xs):
+                ys[i] = x
+            return forward.fallback(ys)
+        _, grads = mx.vjp(fn, [primals[i] for i in moving], [cot])
+        return list(grads)
+
+    def vmap(self, inputs, axes):
+        n = len(inputs) - 2
+        if any(a is not None for a in axes[3:n]):
+            return super().vmap(inputs, axes)
+        return _fold_attention(self, inputs, axes, 3)
 
 
 _SDPA = "scaled_dot_product_attention"
@@ -744,7 +821,7 @@ def cross_entropy(logits, targets, *, stream=None) -> array:
 
 
 PRIMITIVES = [RMSNorm, RMSNormVJP, LayerNorm, LayerNormVJP, RoPE, ScaledDotProductAttention,
-              CrossEntropy]
+              ScaledDotProductAttentionVJP, CrossEntropy]
 
 _FUNCTIONS = (rms_norm, layer_norm, rope, scaled_dot_product_attention, cross_entropy)
 OPS = {f"fast.{f.__name__}": f for f in _FUNCTIONS}
@@ -754,7 +831,7 @@ lazyx_primitives, lazyx_ops = pack_hooks(PRIMITIVES, OPS)
 
 # -- examples for the registry-wide transform test -------------------------------------
 def _norm_grads(fn, *fixed):
-    """An example through a norm's fused backward node: the input's and weights'
+    """An example through a fused backward node (a norm's, attention's): the inputs'
     cotangents for a fixed output cotangent, as functions of the primals."""
     def grads(*xs):
         _, g = mx.vjp(lambda *ys: fn(*ys, *fixed[1:]), list(xs), [mx.array(fixed[0])])
@@ -768,6 +845,7 @@ def lazyx_examples():
     offs = integers((2,), 0, 5)
     bmask = mx.array(booleans((2, 1, 4)))
     targets = mx.array(integers((3,), 0, 5))
+    acot, acot2 = uniform((1, 2, 3, 3)), uniform((1, 2, 3, 2))
     return [
         (RMSNorm, example(lambda x, w: rms_norm(x, w, 1e-5), uniform((3, 5)), uniform((5,)))),
         (RMSNorm, example(lambda x: rms_norm(x, None, 0.1), uniform((2, 2, 4)))),
@@ -799,5 +877,14 @@ def lazyx_examples():
         (ScaledDotProductAttention,
          example(lambda q, k, v: scaled_dot_product_attention(q, k, v, scale=0.7, mask=bmask),
                  uniform((1, 2, 3, 2)), uniform((1, 2, 4, 2)), uniform((1, 2, 4, 2)))),
+        (ScaledDotProductAttentionVJP,
+         example(_norm_grads(lambda q, k, v: scaled_dot_product_attention(q, k, v, scale=0.5,
+                                                                           mask="causal"), acot),
+                 uniform((1, 2, 3, 4)), uniform((1, 1, 5, 4)), uniform((1, 1, 5, 3)))),
+        (ScaledDotProductAttentionVJP,
+         example(_norm_grads(lambda q, k, v, s: scaled_dot_product_attention(
+             q, k, v, scale=0.7, mask=bmask, sinks=s), acot2),
+                 uniform((1, 2, 3, 2)), uniform((1, 2, 4, 2)), uniform((1, 2, 4, 2)),
+                 uniform((2,)))),
         (CrossEntropy, example(lambda x: cross_entropy(x, targets), uniform((3, 5)))),
     ]

@@ -2,7 +2,9 @@
 
 * ``cpu`` (the default): NumPy kernels for every primitive, with native
   kernels from the nanobind module ``_native`` where NumPy needs several passes
-  or one thread, and the native allocator that gives the memory figures.
+  or one thread, generated C++ kernels for fused element-wise runs and for
+  single element-wise ops on large arrays (``compiled``), and the native
+  allocator that gives the memory figures.
 * ``cpu-reference``: the NumPy kernels alone. Swap it in with
   ``lazyx.core.use_backend("cpu", "cpu-reference")`` to cross-check results.
 """
@@ -13,6 +15,7 @@ from lazyx.backend import Backend
 from lazyx.device import DeviceType
 from lazyx.errors import BackendError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
 from lazyx.transforms.fusion import Compiled
 
 from . import native_kernels
@@ -65,6 +68,9 @@ class CpuBackend(CpuReferenceBackend):
     def load_kernels(self) -> dict:
         table = super().load_kernels()
         table.update(native_kernels.kernels(self.native))
+        if self.native is not None and self.native.get_flush_denormal():
+            from . import blas_threads  # threadpoolctl: with the kernels, once
+            blas_threads.follow(self.native, True)
         # Fused element-wise runs: C++ generated and built at run time.
         from .compiled import compiled_kernel  # the C++ toolchain: on first use
         table[Compiled] = compiled_kernel
@@ -78,13 +84,23 @@ class CpuBackend(CpuReferenceBackend):
         # figures count arrays alone, as MLX's do.
         native = self.native
         if native is None:
-            return super().find_kernel(cls)
-        token = native.enter_eval()
-        native.exit_eval(None)  # NumPy's default handler for this context
-        try:
-            return super().find_kernel(cls)
-        finally:
-            native.exit_eval(token)
+            fn = super().find_kernel(cls)
+        else:
+            token = native.enter_eval()
+            native.exit_eval(None)  # NumPy's default handler for this context
+            try:
+                fn = super().find_kernel(cls)
+            finally:
+                native.exit_eval(token)
+        # An element-wise primitive that writes itself in the codegen IR runs a generated
+        # kernel (its own expression, as compile's; see .compiled) on large inputs, and
+        # `fn` on small ones. A primitive's own eval_cpu is left to it.
+        if fn is not None and cls.eval_cpu is Primitive.eval_cpu and \
+                callable(getattr(cls, "to_expression", None)):
+            from . import compiled  # the C++ toolchain: on first use
+            if compiled.ELEMENTWISE:
+                return compiled.eager_kernel(cls, fn)
+        return fn
 
     def enter_eval(self):
         outer = super().enter_eval()
@@ -114,6 +130,18 @@ class CpuBackend(CpuReferenceBackend):
 
     def set_cache_limit(self, limit):
         return self._require_native().set_cache_limit(limit)
+
+    def set_flush_denormal(self, on):
+        if self.native is None:
+            return False
+        supported = self.native.set_flush_denormal(bool(on))
+        if supported:
+            from . import blas_threads  # threadpoolctl: on first use
+            blas_threads.follow(self.native, self.native.get_flush_denormal())
+        return supported
+
+    def get_flush_denormal(self):
+        return self.native.get_flush_denormal() if self.native is not None else False
 
     def _require_native(self):
         if self.native is None:

@@ -12,25 +12,40 @@ ctypes. Per call:
 * large loops are split over the backend's threads (see :data:`PARALLEL_WORK`);
 * the output is written into a donated input (``donors``, given by the compiled
   plan, see ``lazyx.transforms.compile``) of the loop's shape and the output's
-  dtype, C-contiguous, when there is one: each element is read before its own
-  slot is written, so a single-output loop may overwrite its input in place.
+  dtype, C-contiguous, when there is one, each donor serving one output: the loop
+  reads all of an element's inputs before it stores that element's outputs, so it may
+  overwrite its inputs in place.
 
 What the kernel cannot cover (no compiler, more dimensions than the strided
 path takes after merging, odd strides) runs the reference evaluation of
 ``Compiled.eval_cpu``, so the result is the same either way.
+
+**Single ops** (as the ``cuda`` backend's, :mod:`lazyx.backends.cuda.compiled`). For
+a primitive class that declares ``to_expression`` (and has no ``eval_cpu`` of its
+own), the ``cpu`` backend's kernel is :func:`eager_kernel`: below
+:data:`ELEMENTWISE_MIN_SIZE` elements in every input it is the NumPy kernel, after
+one size check; from there the primitive's own expression for the call's parameters
+and input dtypes is a one-node program run as above (cached per (parameters,
+dtypes), built once, both cores from :data:`PARALLEL_WORK`), so a large ``exp`` or
+``add`` runs the code ``compile`` generates instead of NumPy's one-thread loop.
+Where the primitive is not expressible for the dtypes, or the layout is one the
+kernel does not take, or there is no compiler, the NumPy kernel runs.
+``LAZYX_CPU_ELEMENTWISE=0`` makes every single op run it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import warnings
 
 import numpy as np
 
+from lazyx import dtypes as _dt
 from lazyx.arguments import broadcast_shapes
-from lazyx.codegen import cpp, jit
-from lazyx.errors import KernelOutputError
-from lazyx.transforms.fusion import interpret
+from lazyx.codegen import cpp, ir, jit
+from lazyx.errors import KernelCompileError, KernelOutputError
+from lazyx.transforms.fusion import _expression, interpret
 
 from . import native_kernels
 
@@ -49,26 +64,51 @@ _COST = {"exp": 2, "expm1": 3, "log": 2, "log1p": 3, "log2": 2, "log10": 2, "sin
          "div": 2, "sqrt": 2, "rsqrt": 2}
 _LOOP_COST = 4
 
+#: Whether single element-wise ops on large arrays run generated kernels
+#: (``LAZYX_CPU_ELEMENTWISE=0``: never; read once, at import).
+ELEMENTWISE = os.environ.get("LAZYX_CPU_ELEMENTWISE", "1") != "0"
+#: The element count of an input from which a single element-wise op runs its generated
+#: kernel rather than NumPy's (see :func:`eager_kernel`; measured crossover, the
+#: benchmark is benchmarks/eager_large.py).
+ELEMENTWISE_MIN_SIZE = 1 << 16
+
+
+def set_elementwise(enabled: bool) -> bool:
+    """Switch generated single ops on or off from now on (``LAZYX_CPU_ELEMENTWISE`` sets
+    it at start-up); returns the previous setting. The dispatch tables are rebuilt."""
+    global ELEMENTWISE
+    previous, ELEMENTWISE = ELEMENTWISE, bool(enabled)
+    from lazyx.backend import invalidate_dispatch  # the kernel tables cache the choice
+    invalidate_dispatch()
+    return previous
+
+
+#: Counters for tests and diagnostics: single-op calls that ran a generated kernel
+#: (``elementwise``) and large ones that ran the NumPy kernel instead (``fallbacks``).
+stats = {"elementwise": 0, "fallbacks": 0}
+
 _empty = np.empty
 _ndarray = np.ndarray
 
 
 class _Kernel:
-    """The two entry points of one built kernel."""
+    """The entry points of one built kernel (see :mod:`lazyx.codegen.cpp`)."""
 
-    __slots__ = ("lib", "contiguous", "strided")
+    __slots__ = ("lib", "contiguous", "strided", "contiguous_range", "strided_range")
 
     def __init__(self, lib):
         self.lib = lib
         self.contiguous = ctypes.cast(lib.lazyx_contiguous, ctypes.c_void_p).value
         self.strided = ctypes.cast(lib.lazyx_strided, ctypes.c_void_p).value
+        self.contiguous_range = ctypes.cast(lib.lazyx_contiguous_range, ctypes.c_void_p).value
+        self.strided_range = ctypes.cast(lib.lazyx_strided_range, ctypes.c_void_p).value
 
 
 class _Plan:
     """What a call at one set of input shapes needs."""
 
     __slots__ = ("program", "shape", "size", "dtypes", "kernel", "contiguous", "scalar",
-                 "parallel", "layouts")
+                 "parallel", "layouts", "checked")
 
 
 _kernels: dict = {}
@@ -93,7 +133,6 @@ def _cost(program) -> int:
 def _plan(program, inputs):
     """The plan for these input shapes, or None when the native kernel cannot run them."""
     if not jit.available():
-        jit.warn_missing_compiler()
         return None
     if len(inputs) + len(program.outputs) > jit.MAX_BUFFERS:
         return None
@@ -111,6 +150,7 @@ def _plan(program, inputs):
     p.contiguous = contiguous_layout(shape, inputs, p.scalar)
     p.parallel = p.size * _cost(program) >= PARALLEL_WORK
     p.layouts = {}
+    p.checked = False
     p.kernel = kernel_for(program, p.scalar)
     return p
 
@@ -222,6 +262,41 @@ def _layout(p: _Plan, inputs):
         np.asarray(dims + [v for s in strides for v in s], dtype=np.int64).tobytes(), len(dims)))
 
 
+def _plan_for(program, inputs):
+    """The cached plan of ``program`` at these input shapes, or None when the native
+    kernel cannot run them."""
+    # Plans are found by the program's identity (cheap) and checked against it.
+    key = (id(program), tuple([x.shape for x in inputs]))
+    p = _plans.get(key)
+    if p is None or p.program is not program:
+        p = _plan(program, inputs)
+        if len(_plans) > 4096:
+            _plans.clear()
+        _plans[key] = p if p is not None else _Unplanned(program)
+        return p
+    return p if p.kernel is not None else None
+
+
+def _run(p: _Plan, inputs, outs, what):
+    """Run plan ``p`` on ``inputs`` into ``outs``; False when the layout is one the kernel
+    does not take (nothing was written)."""
+    n = p.size
+    if n:
+        threads = _threads() if p.parallel else 1
+        arrays = (*inputs, *outs)
+        if runs_contiguous(p.contiguous, inputs):
+            rc = _call_contiguous(p.kernel, arrays, n, threads)
+        else:
+            layout = _layout(p, inputs)
+            if layout is None:
+                return False
+            rc = _call_strided(p.kernel, arrays, layout[0], layout[1], n, threads)
+        if rc:
+            raise KernelOutputError(f"The generated kernel of {what!r} failed (code {rc}); "
+                                    f"its outputs were discarded.")
+    return True
+
+
 def compiled_kernel(prim, inputs, donors=()):
     """Run a ``Compiled`` node's program natively (see the module docstring).
 
@@ -233,53 +308,39 @@ def compiled_kernel(prim, inputs, donors=()):
         if type(x) is not _ndarray:
             inputs = [np.asarray(x) for x in inputs]
             break
-    shapes = tuple([x.shape for x in inputs])
-    # Plans are found by the program's identity (cheap) and checked against it.
-    key = (id(program), shapes)
-    p = _plans.get(key)
-    if p is None or p.program is not program:
-        p = _plan(program, inputs)
-        if len(_plans) > 4096:
-            _plans.clear()
-        _plans[key] = p if p is not None else _Unplanned(program)
-    elif p.kernel is None:
-        p = None
+    p = _plan_for(program, inputs)
     if p is None:
+        if not jit.available():
+            jit.warn_missing_compiler()
         return interpret(program, inputs, prim.stream)
-    out = _donated(inputs, donors, p) if donors else None
-    outs = [_empty(p.shape, d) for d in p.dtypes] if out is None else [out]
-    n = p.size
-    if n:
-        threads = _threads() if p.parallel else 1
-        arrays = (*inputs, *outs)
-        if runs_contiguous(p.contiguous, inputs):
-            rc = _call_contiguous(p.kernel, arrays, n, threads)
-        else:
-            layout = _layout(p, inputs)
-            if layout is None:
-                return interpret(program, inputs, prim.stream)
-            rc = _call_strided(p.kernel, arrays, layout[0], layout[1], n, threads)
-        if rc:
-            raise KernelOutputError(f"The fused kernel of {prim!r} failed (code {rc}); its "
-                                    f"outputs were discarded.")
+    outs = (_donated(inputs, donors, p) if donors
+            else [_empty(p.shape, d) for d in p.dtypes])
+    if not _run(p, inputs, outs, prim):
+        return interpret(program, inputs, prim.stream)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 compiled_kernel.donates = True  # the compiled plan may pass donors
 
 
-def _donated(inputs, donors, p):
-    """The first donated input that can hold the (single) output, or None."""
-    if len(p.dtypes) != 1:
-        return None
-    d = p.dtypes[0]
-    for j in donors:
-        b = inputs[j]
-        if type(b) is _ndarray and b.shape == p.shape and b.dtype == d and b.base is None:
-            flags = b.flags
-            if flags.c_contiguous and flags.writeable:
-                return b
-    return None
+def _donated(inputs, donors, p) -> list:
+    """The output buffers: for each output, the first donated input that can hold it
+    (the loop's shape, the output's dtype, C-contiguous, writeable, owning its memory),
+    each donor serving one output (an optimizer's update writes a parameter and its
+    moments into their own buffers), else a new buffer."""
+    free = [inputs[j] for j in donors]
+    outs = []
+    for d in p.dtypes:
+        got = None
+        for k, b in enumerate(free):
+            if b is not None and type(b) is _ndarray and b.shape == p.shape and b.dtype == d \
+                    and b.base is None:
+                flags = b.flags
+                if flags.c_contiguous and flags.writeable:
+                    got, free[k] = b, None
+                    break
+        outs.append(_empty(p.shape, d) if got is None else got)
+    return outs
 
 
 class _Unplanned:
@@ -292,7 +353,29 @@ class _Unplanned:
         self.kernel = None
 
 
+def _pooled_shim():
+    """The call shim with the native module's thread pool as its runner, or None (no shim,
+    or a native module without the pool): the kernels then start threads of their own."""
+    global _pool_shim
+    if _pool_shim is None:
+        shim = jit.shim()
+        native = native_kernels.load()
+        runner = getattr(native, "parallel_runner", None)
+        if shim is None or runner is None or not hasattr(shim, "set_runner"):
+            _pool_shim = False
+        else:
+            shim.set_runner(runner())
+            _pool_shim = shim
+    return _pool_shim or None
+
+
+_pool_shim = None
+
+
 def _call_contiguous(k: _Kernel, arrays, n, threads) -> int:
+    shim = _pool_shim or _pooled_shim()
+    if shim is not None:
+        return shim.range_contiguous(k.contiguous_range, arrays, n, threads)
     shim = jit.shim()
     if shim is not None:
         return shim.contiguous(k.contiguous, arrays, n, threads)
@@ -301,6 +384,9 @@ def _call_contiguous(k: _Kernel, arrays, n, threads) -> int:
 
 
 def _call_strided(k: _Kernel, arrays, layout: bytes, nd: int, n, threads) -> int:
+    shim = _pool_shim or _pooled_shim()
+    if shim is not None:
+        return shim.range_strided(k.strided_range, arrays, layout, nd, n, threads)
     shim = jit.shim()
     if shim is not None:
         return shim.strided(k.strided, arrays, layout, nd, n, threads)
@@ -313,3 +399,122 @@ def _call_strided(k: _Kernel, arrays, layout: bytes, nd: int, n, threads) -> int
 
 def _pointers(arrays):
     return (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+
+
+# -- single ops --------------------------------------------------------------------------
+_NONE = object()
+_broken: set = set()
+
+
+def _compile_failed(program, exc) -> None:
+    """Remember that ``program``'s kernel did not compile (a bug in the renderer), and warn
+    the first time: the cause is likely the same for every program."""
+    warn = not _broken
+    _broken.add(program)
+    if warn:
+        warnings.warn(f"The generated C++ kernel of an element-wise op did not compile; the "
+                      f"op runs its NumPy kernel instead (so does any other whose kernel "
+                      f"fails). This is a bug in lazyx's code generation, please report "
+                      f"it.\n{exc}", RuntimeWarning, stacklevel=4)
+
+
+def eager_kernel(cls, fallback):
+    """The ``cpu`` kernel of element-wise primitive class ``cls``: ``fallback`` (its NumPy
+    kernel) on small inputs, and a generated kernel of the primitive's own expression
+    from :data:`ELEMENTWISE_MIN_SIZE` elements in an input (see the module docstring).
+
+    The size check reads the inputs' sizes only, the one cost added to a small op: an
+    outer broadcast of small inputs (``a[:, None] + b``) runs ``fallback`` whatever
+    the size of its result.
+    """
+    programs: dict = {}
+    with_params = bool(cls._param_names)
+    from_numpy = _dt.from_numpy
+    limit = ELEMENTWISE_MIN_SIZE
+
+    def program_of(prim, inputs):
+        try:
+            args = [ir.input(k, from_numpy(x.dtype)) for k, x in enumerate(inputs)]
+        except Exception:  # a dtype lazyx does not know: not expressible
+            return None
+        es = _expression(prim, args)
+        # An output that is an input (stop_gradient, a cast to the same dtype) is the
+        # NumPy kernel's view or copy: nothing to compute.
+        if es is None or any(e.op == "input" for e in es):
+            return None
+        return ir.Program([a.dtype for a in args], es)
+
+    def generated(prim, inputs):
+        for x in inputs:
+            if type(x) is not _ndarray:
+                return fallback(prim, inputs)
+        key = tuple([x.dtype for x in inputs])
+        if with_params:
+            key = (prim.params(), key)
+        try:
+            program = programs.get(key, _NONE)
+        except TypeError:  # parameters that do not hash
+            program = None
+        if program is _NONE:
+            program = programs[key] = program_of(prim, inputs)
+        if program is not None and program not in _broken:
+            try:
+                p = _plan_for(program, inputs)
+            except KernelCompileError as exc:
+                _compile_failed(program, exc)
+                p = None
+            if p is not None:
+                if not p.checked:  # first call at these shapes: the primitive's own rule
+                    p.checked = True
+                    try:
+                        ok = tuple(prim.output_shapes(inputs)[0]) == p.shape
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        p.kernel = None  # the plan cache then says: not this way
+                if p.kernel is not None:
+                    outs = [_empty(p.shape, d) for d in p.dtypes]
+                    if _run(p, inputs, outs, prim):
+                        stats["elementwise"] += 1
+                        return outs[0] if len(outs) == 1 else tuple(outs)
+        stats["fallbacks"] += 1
+        return fallback(prim, inputs)
+
+    # One size check in front of the NumPy kernel, written per arity (no loop); a kernel
+    # that is one ufunc call (backends/cpu/kernels/elementwise.py) is called inline, so
+    # that a small op runs as many Python frames as without this kernel.
+    arity = getattr(cls, "arity", None)
+    ufunc = getattr(fallback, "ufunc", None)
+    if arity == 1 and ufunc is not None:
+        def kernel(prim, inputs):
+            x = inputs[0]
+            if x.size < limit:
+                return ufunc(x)
+            return generated(prim, inputs)
+    elif arity == 2 and ufunc is not None:
+        def kernel(prim, inputs):
+            a, b = inputs
+            if a.size < limit and b.size < limit:
+                return ufunc(a, b)
+            return generated(prim, inputs)
+    elif arity == 1:
+        def kernel(prim, inputs):
+            if inputs[0].size < limit:
+                return fallback(prim, inputs)
+            return generated(prim, inputs)
+    elif arity == 2:
+        def kernel(prim, inputs):
+            if inputs[0].size < limit and inputs[1].size < limit:
+                return fallback(prim, inputs)
+            return generated(prim, inputs)
+    else:
+        def kernel(prim, inputs):
+            for x in inputs:
+                if x.size >= limit:
+                    return generated(prim, inputs)
+            return fallback(prim, inputs)
+
+    kernel.generated = True
+    kernel.fallback = fallback
+    kernel.__name__ = f"cpu_elementwise_{cls.name}"
+    return kernel

@@ -12,6 +12,8 @@
   with head dimension 64 or 128 and no mask or ``"causal"`` take the tensor-core
   kernel of :mod:`.flash_attention` first.
 * ``cross_entropy``: one block per row (max, sum of exp, the target's logit).
+* attention's backward (``ScaledDotProductAttentionVJP``): for now the NumPy kernel's
+  formulas over query tiles on CuPy arrays (cuBLAS matmuls), not yet a fused kernel.
 
 float16 and bfloat16 compute in float32; float64 runs the NumPy kernels on CuPy
 arrays (``lazyx.backends.cpu.kernels.fast``). Written from CUDA's and CuPy's
@@ -466,6 +468,12 @@ def cross_entropy(p, ins):
     return out
 
 
+def attention_vjp(p, ins):
+    """Attention's backward: the NumPy kernel's tiled formulas run on CuPy arrays (cuBLAS
+    matmuls, no host copies), pending a fused CUDA kernel. Not yet run on a GPU."""
+    return ref.attention_vjp(p, ins, cp)
+
+
 KERNELS = {
     fast.RMSNorm: _norm(False),
     fast.LayerNorm: _norm(True),
@@ -473,5 +481,6 @@ KERNELS = {
     fast.LayerNormVJP: _norm_vjp(True),
     fast.RoPE: rope,
     fast.ScaledDotProductAttention: attention,
+    fast.ScaledDotProductAttentionVJP: attention_vjp,
     fast.CrossEntropy: cross_entropy,
 }

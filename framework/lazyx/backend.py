@@ -160,6 +160,16 @@ class Backend:
     def set_cache_limit(self, limit: int) -> int:
         raise BackendError(f"Backend {self.name!r} does not manage a buffer cache.")
 
+    def set_flush_denormal(self, on: bool) -> bool:
+        """Flush subnormal numbers to zero in this backend's kernels from the next
+        evaluation on (or compute them as IEEE 754 says); returns whether the backend
+        can (when not, nothing changes)."""
+        return False
+
+    def get_flush_denormal(self) -> bool:
+        """Whether this backend's kernels flush subnormal numbers to zero."""
+        return False
+
     def __repr__(self) -> str:
         return f"<Backend {self.name!r} ({self.device_type.name})>"
 

@@ -200,3 +200,40 @@ def test_reference_backend_results_match():
     with mx.use_backend("cpu", "cpu-reference"):
         y = f(fresh() * 1)
         assert_close(np.asarray(y), np.sin(np.arange(N) % 7) * 2 + 1, rtol=1e-5)
+
+
+def test_a_multi_output_update_writes_each_output_into_a_donor():
+    # An optimizer's update: the parameter and both moments replaced in place, as
+    # `compile(step, inputs=state, outputs=state)` writes them back (state swapped out,
+    # so the old arrays are held by the call alone).
+    gen = np.random.default_rng(0)
+    p0, g0 = (gen.standard_normal(N).astype(np.float32) for _ in range(2))
+    state = {"p": mx.array(p0), "m": mx.zeros((N,)), "v": mx.zeros((N,))}
+    mx.eval(state)
+
+    @mx.compile
+    def update(g, p, m, v):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        return p - 0.01 * m / (mx.sqrt(v) + 1e-8), m, v
+
+    def step(g):
+        old = (state.pop("p"), state.pop("m"), state.pop("v"))
+        where = [address(a) for a in old]
+        new = update(g, *old)
+        del old
+        state.update(zip("pmv", new))
+        mx.eval(state)
+        return where, [address(state[k]) for k in "pmv"]
+
+    g = mx.array(g0)
+    want_p, want_m, want_v = p0.astype(np.float64), np.zeros(N), np.zeros(N)
+    for _ in range(3):
+        before, after = step(g)
+        want_m = 0.9 * want_m + 0.1 * g0
+        want_v = 0.999 * want_v + 0.001 * g0.astype(np.float64) ** 2
+        want_p = want_p - 0.01 * want_m / (np.sqrt(want_v) + 1e-8)
+    assert sorted(after) == sorted(before)  # the three buffers were reused, none new
+    assert_close(np.asarray(state["m"]), want_m, rtol=1e-5)
+    assert_close(np.asarray(state["v"]), want_v, rtol=1e-5, atol=1e-9)
+    assert_close(np.asarray(state["p"]), want_p, rtol=1e-4, atol=1e-5)

@@ -34,12 +34,18 @@ def _in_float32(fn):
     return kernel
 
 
+# The ufunc stays readable (``.ufunc``): the cpu backend's size check in front of a
+# generated kernel calls it directly, so a small op costs no extra call (compiled.py).
 def _unary(ufunc):
-    return lambda p, ins: ufunc(ins[0])
+    kernel = lambda p, ins: ufunc(ins[0])  # noqa: E731
+    kernel.ufunc = ufunc
+    return kernel
 
 
 def _binary(ufunc):
-    return lambda p, ins: ufunc(ins[0], ins[1])
+    kernel = lambda p, ins: ufunc(ins[0], ins[1])  # noqa: E731
+    kernel.ufunc = ufunc
+    return kernel
 
 
 def _is_integral(x) -> bool:

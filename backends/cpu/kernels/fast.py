@@ -4,8 +4,10 @@
 Each kernel computes in float32 (float64 for float64 inputs) and rounds once to the
 output dtype, as the native and CUDA kernels do. Attention goes over query tiles so
 that only a tile's scores are held at a time (:func:`attention`: GEMMs in NumPy's BLAS,
-:func:`attention_tile` between them); the native backend's attention is one C++
-kernel instead (``backends/cpu/native/fast.cpp``).
+:func:`attention_tile` between them), and so does its backward (:func:`attention_vjp`,
+written over an array module so that the CUDA backend runs it on CuPy); the native
+backend's attention and its backward are C++ kernels instead
+(``backends/cpu/native/fast.cpp``).
 """
 
 from __future__ import annotations
@@ -201,6 +203,71 @@ def attention(p, ins):
     return out.reshape(b, hkv * g, tq, -1).astype(ins[0].dtype, copy=False)
 
 
+def attention_vjp(p, ins, xp=np):
+    """The cotangents of attention's ``q``, ``k``, ``v`` (and with sinks their per-batch
+    cotangents, ``(B, Hq)`` in the compute dtype) from ``ins = (q, k, v[, mask][, sinks],
+    out, cotangent)``, over query tiles as :func:`attention`: per tile the scores and
+    ``P`` are recomputed, ``dS = P (dO v^T - rowsum(dO out))`` (zero where a causal or
+    boolean mask holds a score constant), ``dq = scale dS k``, and ``dk += scale dS^T q``,
+    ``dv += P^T dO`` (the query heads of a kv head summed). ``xp`` is the array module
+    (NumPy here, CuPy on the GPU: the same formulas, cuBLAS matmuls)."""
+    q, k, v = ins[:3]
+    out, cot = ins[-2], ins[-1]
+    c = compute_dtype(q.dtype)
+    b, hq, tq, d = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    g = hq // hkv
+    scale = c.type(p.scale)
+    qf = q.astype(c).reshape(b, hkv, g, tq, d) * scale
+    kf, vf = k.astype(c, copy=False), v.astype(c, copy=False)
+    gf = cot.astype(c, copy=False).reshape(b, hkv, g, tq, dv)
+    rows_d = xp.sum(gf * out.astype(c, copy=False).reshape(b, hkv, g, tq, dv), -1, keepdims=True)
+    mask = ins[3] if p.mask == "array" else None
+    sinks = ins[3 + (mask is not None)] if p.sinks else None
+    dq = xp.zeros(qf.shape, c)
+    dk, dvv = xp.zeros(kf.shape, c), xp.zeros(vf.shape, c)
+    dsinks = xp.zeros((b, hkv, g), c)
+    sk = None if sinks is None else sinks.astype(c).reshape(1, hkv, g, 1, 1)
+    kt, k5, v5 = xp.swapaxes(kf, -1, -2)[:, :, None], kf[:, :, None], vf[:, :, None]
+    for t0 in range(0, tq if tk else 0, TILE_ROWS):
+        t1 = min(tq, t0 + TILE_ROWS)
+        keys = tile_keys(p, t0, t1, tq, tk)
+        s = xp.matmul(qf[..., t0:t1, :], kt[..., :keys])
+        keep = None
+        if p.mask == "causal":
+            keep = xp.arange(t0, t1)[:, None] + (tk - tq) >= xp.arange(keys)[None, :]
+        elif mask is not None:
+            m = mask[..., t0:t1, :] if mask.shape[2] != 1 else mask
+            m = m[..., :keys] if m.shape[3] != 1 else m
+            m = m.reshape(m.shape[0], -1, g, *m.shape[2:]) if m.shape[1] != 1 else m[:, :, None]
+            if m.dtype == np.bool_:
+                keep = m
+            else:
+                s = s + m.astype(c, copy=False)
+        if keep is not None:
+            s = xp.where(keep, s, c.type(MASKED))
+        top = s.max(-1, keepdims=True)
+        if sk is not None:
+            top = xp.maximum(top, sk)
+        e = xp.exp(s - top)
+        den = e.sum(-1, keepdims=True)
+        if sk is not None:
+            p_sink = xp.exp(sk - top)
+            den = den + p_sink
+            dsinks -= (p_sink / den * rows_d[..., t0:t1, :]).sum((-2, -1))
+        pr = e / den
+        g_t = gf[..., t0:t1, :]
+        ds = pr * (xp.matmul(g_t, xp.swapaxes(v5[..., :keys, :], -1, -2)) - rows_d[..., t0:t1, :])
+        if keep is not None:
+            ds = xp.where(keep, ds, c.type(0))
+        dq[..., t0:t1, :] = xp.matmul(ds, k5[..., :keys, :]) * scale
+        dk[..., :keys, :] += xp.matmul(xp.swapaxes(ds, -1, -2), qf[..., t0:t1, :]).sum(2)
+        dvv[..., :keys, :] += xp.matmul(xp.swapaxes(pr, -1, -2), g_t).sum(2)
+    grads = (dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False),
+             dvv.astype(v.dtype, copy=False))
+    return grads + ((dsinks.reshape(b, hq),) if p.sinks else ())
+
+
 def cross_entropy(p, ins):
     logits, t = ins
     lf = logits.astype(np.float32, copy=False)
@@ -219,5 +286,6 @@ KERNELS = {
     fast.LayerNormVJP: layer_norm_vjp,
     fast.RoPE: rope,
     fast.ScaledDotProductAttention: attention,
+    fast.ScaledDotProductAttentionVJP: attention_vjp,
     fast.CrossEntropy: cross_entropy,
 }

@@ -12,7 +12,10 @@
 //
 // Attention (namespace attn) is one flash-style kernel: packed K/V panels,
 // register-blocked micro-GEMMs and an online softmax over key blocks, tasks of
-// query blocks over both cores; it reads q, k, v through their strides.
+// query blocks over both cores; it reads q, k, v through their strides. Its
+// backward (attention_vjp) is FlashAttention-2's on the same micro-GEMMs: the
+// scores recomputed per block from each row's softmax statistics, tasks of
+// (batch, kv head, chunk of keys).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -322,11 +325,13 @@ constexpr size_t KB = 256;    // keys per block
 
 inline size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-// c[r, :NC] (+)= sum_k a[r, k] b[k, :NC] for R rows: the micro-GEMM of both
-// products (S = Q K^T from the packed K panel, O += P V), 2R accumulators in
-// registers; lda, ldb, ldc are row strides.
-template <size_t R, bool kAccumulate>
-inline void micro_gemm(const float* a, size_t lda, const float* b, size_t ldb, size_t k, float* c, size_t ldc) {
+// c[r, :NC] (+)= sum_i A[r, i] b[i, :NC] for R rows: the micro-GEMM of every
+// product (S = Q K^T from the packed K panel, O += P V, and the backward's),
+// 2R accumulators in registers; A is rows (A[r, i] = a[r lda + i]) or
+// kTransposed (A[r, i] = a[r + i lda]: the backward's P^T and dS^T); lda, ldb,
+// ldc are row strides.
+template <size_t R, bool kAccumulate, bool kTransposed>
+inline void strided_gemm(const float* a, size_t lda, const float* b, size_t ldb, size_t k, float* c, size_t ldc) {
   vn c0[R], c1[R];
 #pragma GCC unroll 8
   for (size_t r = 0; r < R; ++r) {
@@ -337,7 +342,7 @@ inline void micro_gemm(const float* a, size_t lda, const float* b, size_t ldb, s
     const vn b0 = lanes::F32::load(b + i * ldb), b1 = lanes::F32::load(b + i * ldb + L);
 #pragma GCC unroll 8
     for (size_t r = 0; r < R; ++r) {
-      const vn av = lanes::splat(a[r * lda + i]);
+      const vn av = lanes::splat(kTransposed ? a[i * lda + r] : a[r * lda + i]);
       c0[r] += av * b0;
       c1[r] += av * b1;
     }
@@ -349,17 +354,17 @@ inline void micro_gemm(const float* a, size_t lda, const float* b, size_t ldb, s
   }
 }
 
-// micro_gemm for rows = 1 ... MR (the last tile of a block may be short).
-template <bool kAccumulate>
+// The micro-GEMM for rows = 1 ... MR (the last tile of a block may be short).
+template <bool kAccumulate, bool kTransposed = false>
 inline void micro_gemm_rows(size_t rows, const float* a, size_t lda, const float* b, size_t ldb, size_t k,
                             float* c, size_t ldc) {
   switch (rows) {
-    case 6: micro_gemm<6, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
-    case 5: micro_gemm<5, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
-    case 4: micro_gemm<4, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
-    case 3: micro_gemm<3, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
-    case 2: micro_gemm<2, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
-    default: micro_gemm<1, kAccumulate>(a, lda, b, ldb, k, c, ldc); break;
+    case 6: strided_gemm<6, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
+    case 5: strided_gemm<5, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
+    case 4: strided_gemm<4, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
+    case 3: strided_gemm<3, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
+    case 2: strided_gemm<2, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
+    default: strided_gemm<1, kAccumulate, kTransposed>(a, lda, b, ldb, k, c, ldc); break;
   }
 }
 static_assert(MR == 6, "micro_gemm_rows dispatches 1 ... 6 rows");
@@ -376,43 +381,76 @@ struct Shape {
   size_t B, Hq, Hkv, Tq, Tk, D, Dv;
 };
 
+// Keys (or values) transposed into panels of NC rows, the micro-GEMMs' B
+// operand for products with their rows: dst[bh][j / NC][d][j % NC] (Tn rows
+// rounded up to NC, zeros past Tn), per (batch, head) bh of x[B, H, Tn, D].
 template <class IO>
-void attention(View<typename IO::T> q, View<typename IO::T> k, View<typename IO::T> v, typename IO::T* out,
-               const Shape& sh, float scale, bool causal, const Mask& mask, const float* sinks) {
+void pack_panels(View<typename IO::T> x, size_t B, size_t H, size_t Tn, size_t D, float* dst) {
+  using T = typename IO::T;
+  const size_t Tnp = round_up(Tn, NC);
+  parallel_for(B * H, Tn * D, [&](size_t begin, size_t end) {
+    for (size_t bh = begin; bh < end; ++bh) {
+      const size_t b = bh / H, h = bh % H;
+      float* xp = dst + bh * Tnp * D;
+      for (size_t j0 = 0; j0 < Tnp; j0 += NC)
+        for (size_t jj = 0; jj < NC; ++jj) {
+          const size_t j = j0 + jj;
+          float* out = xp + j0 * D + jj;
+          if (j < Tn) {
+            const T* src = x.at(b, h, j);
+            for (size_t d = 0; d < D; ++d) out[d * NC] = IO::scalar(src[d * x.s[3]]);
+          } else {
+            for (size_t d = 0; d < D; ++d) out[d * NC] = 0.0f;
+          }
+        }
+    }
+  });
+}
+
+// Rows of x[B, H, Tn, D] as float32 rows padded with zeros to Dp = round_up(D, NC)
+// columns (the B operand of products over them): dst[bh][j][d], times `mul`.
+template <class IO>
+inline void load_row(const typename IO::T* src, int64_t stride, size_t D, size_t Dp, float mul, float* dst) {
+  size_t d = 0;
+  if (stride == 1)
+    for (; d + L <= D; d += L) lanes::F32::store(dst + d, IO::load(src + d) * mul);
+  for (; d < D; ++d) dst[d] = IO::scalar(src[int64_t(d) * stride]) * mul;
+  for (; d < Dp; ++d) dst[d] = 0.0f;
+}
+
+template <class IO>
+void pack_rows(View<typename IO::T> x, size_t B, size_t H, size_t Tn, size_t D, float* dst) {
+  const size_t Dp = round_up(D, NC);
+  parallel_for(B * H, Tn * D, [&](size_t begin, size_t end) {
+    for (size_t bh = begin; bh < end; ++bh)
+      for (size_t j = 0; j < Tn; ++j)
+        load_row<IO>(x.at(bh / H, bh % H, j), x.s[3], D, Dp, 1.0f, dst + (bh * Tn + j) * Dp);
+  });
+}
+
+// n floats of src times mul, written as T.
+template <class IO>
+inline void store_row(const float* src, size_t n, float mul, typename IO::T* dst) {
+  size_t d = 0;
+  for (; d + L <= n; d += L) IO::store(dst + d, lanes::F32::load(src + d) * mul);
+  for (; d < n; ++d) dst[d] = IO::from_float(src[d] * mul);
+}
+
+// The forward's loop over tasks, from K packed by pack_panels and V by
+// pack_rows. kStats (the backward's first pass): no output, only each row's
+// softmax statistics, stats[2 row] = max m and stats[2 row + 1] = 1 / l, so
+// that P = exp(S - m) / l (row = (b Hq + h) Tq + t).
+template <class IO, bool kStats>
+void attend(View<typename IO::T> q, const float* kpack, const float* vpack, typename IO::T* out, float* stats,
+            const Shape& sh, float scale, bool causal, const Mask& mask, const float* sinks) {
   using T = typename IO::T;
   const size_t B = sh.B, Hq = sh.Hq, Hkv = sh.Hkv, Tq = sh.Tq, Tk = sh.Tk, D = sh.D, Dv = sh.Dv;
   const size_t G = Hq / Hkv;
   const int64_t off = int64_t(Tk) - int64_t(Tq);  // causal: query t sees keys j <= t + off
   const size_t Tkp = round_up(Tk, NC), Dvp = round_up(Dv, NC);
-  std::vector<float> kpack(B * Hkv * Tkp * D), vpack(B * Hkv * Tk * Dvp);
-  parallel_for(B * Hkv, Tk * (D + Dv), [&](size_t begin, size_t end) {
-    for (size_t bh = begin; bh < end; ++bh) {
-      const size_t b = bh / Hkv, h = bh % Hkv;
-      float* kp = kpack.data() + bh * Tkp * D;
-      for (size_t j0 = 0; j0 < Tkp; j0 += NC)
-        for (size_t jj = 0; jj < NC; ++jj) {
-          const size_t j = j0 + jj;
-          float* dst = kp + j0 * D + jj;
-          if (j < Tk) {
-            const T* src = k.at(b, h, j);
-            for (size_t d = 0; d < D; ++d) dst[d * NC] = IO::scalar(src[d * k.s[3]]);
-          } else {
-            for (size_t d = 0; d < D; ++d) dst[d * NC] = 0.0f;
-          }
-        }
-      float* vp = vpack.data() + bh * Tk * Dvp;
-      for (size_t j = 0; j < Tk; ++j) {
-        const T* src = v.at(b, h, j);
-        float* dst = vp + j * Dvp;
-        for (size_t d = 0; d < Dv; ++d) dst[d] = IO::scalar(src[d * v.s[3]]);
-        for (size_t d = Dv; d < Dvp; ++d) dst[d] = 0.0f;
-      }
-    }
-  });
-
   const size_t nqb = (Tq + QB - 1) / QB;
-  parallel_for(B * Hq * nqb, QB * Tk * (D + Dv), [&](size_t begin, size_t end) {
-    std::vector<float> qs(QB * D), s(QB * KB), o(QB * Dvp), m(QB), l(QB);
+  parallel_for(B * Hq * nqb, QB * Tk * (kStats ? D : D + Dv), [&](size_t begin, size_t end) {
+    std::vector<float> qs(QB * D), s(QB * KB), o(kStats ? 0 : QB * Dvp), m(QB), l(QB);
     std::vector<size_t> lim(QB);
     for (size_t task = begin; task < end; ++task) {
       const size_t qb = task % nqb, h = (task / nqb) % Hq, b = task / (nqb * Hq), hk = h / G;
@@ -430,9 +468,8 @@ void attention(View<typename IO::T> q, View<typename IO::T> k, View<typename IO:
         m[i] = sink;
         l[i] = sink > -kInf ? 1.0f : 0.0f;  // exp(sink - m)
       }
-      std::fill(o.begin(), o.begin() + rows * Dvp, 0.0f);
-      const float* kp = kpack.data() + (b * Hkv + hk) * Tkp * D;
-      const float* vp = vpack.data() + (b * Hkv + hk) * Tk * Dvp;
+      if constexpr (!kStats) std::fill(o.begin(), o.begin() + rows * Dvp, 0.0f);
+      const float* kp = kpack + (b * Hkv + hk) * Tkp * D;
       for (size_t k0 = 0; k0 < kend; k0 += KB) {
         const size_t kn = std::min(KB, kend - k0);
         // keys of this block each row reads (the rest weigh 0)
@@ -495,29 +532,237 @@ void attention(View<typename IO::T> q, View<typename IO::T> k, View<typename IO:
           std::fill(row + n, row + kn, 0.0f);
           l[i] = l[i] * alpha + sum;
           m[i] = mx;
-          if (alpha != 1.0f) {
-            float* orow = o.data() + i * Dvp;
-            for (size_t d = 0; d < Dvp; ++d) orow[d] *= alpha;
+          if constexpr (!kStats) {
+            if (alpha != 1.0f) {
+              float* orow = o.data() + i * Dvp;
+              for (size_t d = 0; d < Dvp; ++d) orow[d] *= alpha;
+            }
           }
         }
-        for (size_t r0 = 0; r0 < rows; r0 += MR) {
-          const size_t rr = std::min(MR, rows - r0);
-          size_t need = 0;
-          for (size_t i = r0; i < r0 + rr; ++i) need = std::max(need, lim[i]);
-          if (need == 0) continue;
-          for (size_t c = 0; c < Dvp; c += NC)
-            micro_gemm_rows<true>(rr, s.data() + r0 * KB, KB, vp + k0 * Dvp + c, Dvp, need, o.data() + r0 * Dvp + c,
-                                  Dvp);
+        if constexpr (!kStats) {
+          const float* vp = vpack + (b * Hkv + hk) * Tk * Dvp;
+          for (size_t r0 = 0; r0 < rows; r0 += MR) {
+            const size_t rr = std::min(MR, rows - r0);
+            size_t need = 0;
+            for (size_t i = r0; i < r0 + rr; ++i) need = std::max(need, lim[i]);
+            if (need == 0) continue;
+            for (size_t c = 0; c < Dvp; c += NC)
+              micro_gemm_rows<true>(rr, s.data() + r0 * KB, KB, vp + k0 * Dvp + c, Dvp, need,
+                                    o.data() + r0 * Dvp + c, Dvp);
+          }
         }
       }
       for (size_t i = 0; i < rows; ++i) {
-        T* dst = out + ((b * Hq + h) * Tq + t0 + i) * Dv;
-        const float inv = 1.0f / l[i];
-        const float* orow = o.data() + i * Dvp;
-        for (size_t d = 0; d < Dv; ++d) dst[d] = IO::from_float(orow[d] * inv);
+        const size_t row = (b * Hq + h) * Tq + t0 + i;
+        if constexpr (kStats) {
+          stats[2 * row] = m[i];
+          stats[2 * row + 1] = 1.0f / l[i];
+        } else {
+          store_row<IO>(o.data() + i * Dvp, Dv, 1.0f / l[i], out + row * Dv);
+        }
       }
     }
   });
+}
+
+template <class IO>
+void attention(View<typename IO::T> q, View<typename IO::T> k, View<typename IO::T> v, typename IO::T* out,
+               const Shape& sh, float scale, bool causal, const Mask& mask, const float* sinks) {
+  std::vector<float> kpack(sh.B * sh.Hkv * round_up(sh.Tk, NC) * sh.D), vpack(sh.B * sh.Hkv * sh.Tk * round_up(sh.Dv, NC));
+  pack_panels<IO>(k, sh.B, sh.Hkv, sh.Tk, sh.D, kpack.data());
+  pack_rows<IO>(v, sh.B, sh.Hkv, sh.Tk, sh.Dv, vpack.data());
+  attend<IO, false>(q, kpack.data(), vpack.data(), out, nullptr, sh, scale, causal, mask, sinks);
+}
+
+// -- attention's backward: FlashAttention-2's, on the CPU --------------------
+// Given the forward's output O and its cotangent dO, with S = scale q k^T (+
+// mask) and P = softmax(S): D_t = rowsum(dO_t * O_t), dP = dO V^T,
+// dS = P * (dP - D), dq = scale dS K, dk = scale dS^T q, dv = P^T dO; the
+// sinks' cotangent is -sum_t P_sink,t D_t. Three passes:
+// 1. K and V packed as the micro-GEMMs read them (panels of K and V, rows of K);
+// 2. the forward's loop in stats mode: each row's max m and 1 / l;
+// 3. tasks (batch, kv head, chunk of keys): each converts its G query heads'
+//    scaled q, dO and D once, then walks its keys in blocks of KC, keeping the
+//    block's dk and dv in float32; for each query head and block of QB2 rows it
+//    recomputes S and dP (MR x NC tiles), forms P = exp(S - m) / l and dS in
+//    place, and adds dq += dS K (into the task's float32 dq rows), dv += P^T dO
+//    and dk += dS^T (scale q) (tiles whose A operand is read transposed). A
+//    task owns its keys' dk/dv rows (the G query heads of a kv head sum there,
+//    grouped-query attention needs nothing more); with one chunk per (batch, kv
+//    head) it owns its dq rows too and writes them, else each chunk adds into
+//    its own dq copy and a last pass sums the copies. A causal block of rows
+//    skips the key blocks past its diagonal; masked scores (causal or boolean)
+//    carry no gradient to q and k (dS = 0 there), as the masked value is a
+//    constant.
+constexpr size_t QB2 = 48;  // query rows per block of the backward
+constexpr size_t KC = 128;  // keys per block of the backward
+
+// c[:rows, :cols] (+)= A B in MR-row tiles, cols a multiple of NC; B's column
+// block j / NC starts at b + (j / NC) b_col (panels: NC D; rows: NC).
+template <bool kAccumulate, bool kTransposed>
+void tile_gemm(size_t rows, size_t cols, const float* a, size_t lda, const float* b, size_t ldb, size_t b_col,
+               size_t k, float* c, size_t ldc) {
+  for (size_t r0 = 0; r0 < rows; r0 += MR) {
+    const size_t rr = std::min(MR, rows - r0);
+    const float* ap = a + (kTransposed ? r0 : r0 * lda);
+    for (size_t j = 0; j < cols; j += NC) {
+      const float* bp = b + (j / NC) * b_col;
+      float* cp = c + r0 * ldc + j;
+      micro_gemm_rows<kAccumulate, kTransposed>(rr, ap, lda, bp, ldb, k, cp, ldc);
+    }
+  }
+}
+
+template <class IO>
+void attention_vjp(View<typename IO::T> q, View<typename IO::T> k, View<typename IO::T> v,
+                   View<typename IO::T> o, View<typename IO::T> g, typename IO::T* dq, typename IO::T* dk,
+                   typename IO::T* dv, float* dsinks, const Shape& sh, float scale, bool causal, const Mask& mask,
+                   const float* sinks) {
+  using T = typename IO::T;
+  const size_t B = sh.B, Hq = sh.Hq, Hkv = sh.Hkv, Tq = sh.Tq, Tk = sh.Tk, D = sh.D, Dv = sh.Dv;
+  const size_t G = Hq / Hkv;
+  const int64_t off = int64_t(Tk) - int64_t(Tq);
+  const size_t Tkp = round_up(Tk, NC), Dp = round_up(D, NC), Dvp = round_up(Dv, NC);
+  std::vector<float> kpanel(B * Hkv * Tkp * D), vpanel(B * Hkv * Tkp * Dv), krows(B * Hkv * Tk * Dp);
+  std::vector<float> stats(2 * B * Hq * Tq);
+  pack_panels<IO>(k, B, Hkv, Tk, D, kpanel.data());
+  pack_panels<IO>(v, B, Hkv, Tk, Dv, vpanel.data());
+  pack_rows<IO>(k, B, Hkv, Tk, D, krows.data());
+  attend<IO, true>(q, kpanel.data(), nullptr, nullptr, stats.data(), sh, scale, causal, mask, sinks);
+
+  // Chunks of keys per (batch, kv head): enough tasks for the threads, else one.
+  const size_t nkb = (Tk + KC - 1) / KC, heads = B * Hkv, threads = size_t(num_threads());
+  const size_t chunks = heads >= 4 * threads ? 1 : std::min(nkb, (4 * threads + heads - 1) / heads);
+  const size_t per = G * Tq * Dp;  // a task's dq rows
+  std::vector<float> dq_parts(chunks > 1 ? chunks * heads * per : 0);
+  parallel_for(heads * chunks, G * Tq * (Tk / chunks + 1) * (D + Dv) * 3, [&](size_t begin, size_t end) {
+    std::vector<float> qs(per), go(G * Tq * Dvp), dd(G * Tq), dq_own(chunks == 1 ? per : 0);
+    std::vector<float> sp(QB2 * KC), sd(QB2 * KC), dka(KC * Dp), dva(KC * Dvp);
+    std::vector<size_t> lim(QB2);
+    for (size_t task = begin; task < end; ++task) {
+      const size_t c = task % chunks, bh = task / chunks, b = bh / Hkv, hk = bh % Hkv;
+      float* dqa = chunks == 1 ? dq_own.data() : dq_parts.data() + (c * heads + bh) * per;
+      std::fill(dqa, dqa + per, 0.0f);
+      for (size_t gi = 0; gi < G; ++gi) {
+        const size_t h = hk * G + gi;
+        for (size_t t = 0; t < Tq; ++t) {
+          const size_t r = gi * Tq + t;
+          load_row<IO>(q.at(b, h, t), q.s[3], D, Dp, scale, qs.data() + r * Dp);
+          load_row<IO>(g.at(b, h, t), g.s[3], Dv, Dvp, 1.0f, go.data() + r * Dvp);
+          const T* orow = o.at(b, h, t);
+          float sum = 0.0f;
+          for (size_t d = 0; d < Dv; ++d) sum += go[r * Dvp + d] * IO::scalar(orow[d * o.s[3]]);
+          dd[r] = sum;
+        }
+        if (dsinks && c == 0) {
+          double acc = 0.0;
+          const float* st = stats.data() + 2 * (b * Hq + h) * Tq;
+          for (size_t t = 0; t < Tq; ++t)
+            acc += double(std::exp(sinks[h] - st[2 * t]) * st[2 * t + 1]) * dd[gi * Tq + t];
+          dsinks[b * Hq + h] = float(-acc);
+        }
+      }
+      const float* kpb = kpanel.data() + bh * Tkp * D;
+      const float* vpb = vpanel.data() + bh * Tkp * Dv;
+      const float* krb = krows.data() + bh * Tk * Dp;
+      for (size_t kb = nkb * c / chunks; kb < nkb * (c + 1) / chunks; ++kb) {
+        const size_t j0 = kb * KC, kn = std::min(KC, Tk - j0);
+        std::fill(dka.begin(), dka.end(), 0.0f);
+        std::fill(dva.begin(), dva.end(), 0.0f);
+        for (size_t gi = 0; gi < G; ++gi) {
+          const size_t h = hk * G + gi;
+          for (size_t t0 = 0; t0 < Tq; t0 += QB2) {
+            const size_t rows = std::min(QB2, Tq - t0);
+            // keys of this block each row sees (a causal row that sees none: all, MASKED)
+            size_t most = 0;
+            for (size_t i = 0; i < rows; ++i) {
+              const int64_t t = int64_t(t0 + i);
+              lim[i] = kn;
+              if (causal && t + off >= 0) lim[i] = size_t(std::clamp<int64_t>(t + off + 1 - int64_t(j0), 0, int64_t(kn)));
+              most = std::max(most, lim[i]);
+            }
+            if (most == 0) continue;
+            const size_t cols = round_up(most, NC);
+            const float* qb = qs.data() + (gi * Tq + t0) * Dp;
+            const float* gb = go.data() + (gi * Tq + t0) * Dvp;
+            // S = (scale q) K^T and dP = dO V^T over the keys seen
+            tile_gemm<false, false>(rows, cols, qb, Dp, kpb + j0 * D, NC, NC * D, D, sp.data(), KC);
+            tile_gemm<false, false>(rows, cols, gb, Dvp, vpb + j0 * Dv, NC, NC * Dv, Dv, sd.data(), KC);
+            for (size_t i = 0; i < rows; ++i) {
+              const size_t t = t0 + i;
+              float* pr = sp.data() + i * KC;
+              float* dr = sd.data() + i * KC;
+              const size_t n = lim[i];
+              const float* st = stats.data() + 2 * ((b * Hq + h) * Tq + t);
+              const float m = st[0], il = st[1], di = dd[gi * Tq + t];
+              const bool blind = causal && int64_t(t) + off < 0;
+              const uint8_t* mb = nullptr;
+              int64_t base = 0, sj = 0;
+              if (mask.boolean || mask.additive) {
+                base = int64_t(b) * mask.stride[0] + int64_t(h) * mask.stride[1] + int64_t(t) * mask.stride[2] +
+                       int64_t(j0) * mask.stride[3];
+                sj = mask.stride[3];
+              }
+              if (blind) {
+                for (size_t j = 0; j < n; ++j) pr[j] = kMasked;
+              } else if (mask.boolean) {
+                mb = mask.boolean + base;
+                for (size_t j = 0; j < n; ++j)
+                  if (!mb[int64_t(j) * sj]) pr[j] = kMasked;
+              } else if (mask.additive) {
+                for (size_t j = 0; j < n; ++j) pr[j] += mask.additive[base + int64_t(j) * sj];
+              }
+              const vn mv = lanes::splat(m), lv = lanes::splat(il), dv_ = lanes::splat(di), zero = lanes::splat(0.0f);
+              size_t j = 0;
+              for (; j + L <= n; j += L) {
+                vn x = lanes::F32::load(pr + j) - mv;
+                x = x < zero ? x : zero;  // S <= m, but for the rounding of a recomputed S
+                const vn p = lanes::exp_nonpositive(x) * lv;
+                lanes::F32::store(pr + j, p);
+                lanes::F32::store(dr + j, p * (lanes::F32::load(dr + j) - dv_));
+              }
+              for (; j < n; ++j) {
+                const float p = std::exp(std::min(pr[j] - m, 0.0f)) * il;
+                pr[j] = p;
+                dr[j] = p * (dr[j] - di);
+              }
+              std::fill(pr + n, pr + cols, 0.0f);
+              std::fill(dr + n, dr + cols, 0.0f);
+              // a masked score is a constant: no gradient flows to q and k through it
+              if (blind) std::fill(dr, dr + n, 0.0f);
+              if (mb)
+                for (size_t jj = 0; jj < n; ++jj)
+                  if (!mb[int64_t(jj) * sj]) dr[jj] = 0.0f;
+            }
+            // dq += dS K; dv += P^T dO; dk += dS^T (scale q)
+            tile_gemm<true, false>(rows, Dp, sd.data(), KC, krb + j0 * Dp, Dp, NC, most, dqa + (gi * Tq + t0) * Dp, Dp);
+            tile_gemm<true, true>(most, Dvp, sp.data(), KC, gb, Dvp, NC, rows, dva.data(), Dvp);
+            tile_gemm<true, true>(most, Dp, sd.data(), KC, qb, Dp, NC, rows, dka.data(), Dp);
+          }
+        }
+        for (size_t j = 0; j < kn; ++j) {
+          store_row<IO>(dka.data() + j * Dp, D, 1.0f, dk + (bh * Tk + j0 + j) * D);
+          store_row<IO>(dva.data() + j * Dvp, Dv, 1.0f, dv + (bh * Tk + j0 + j) * Dv);
+        }
+      }
+      if (chunks == 1)
+        for (size_t r = 0; r < G * Tq; ++r) store_row<IO>(dqa + r * Dp, D, scale, dq + (bh * G * Tq + r) * D);
+    }
+  });
+  if (chunks > 1) {
+    const size_t rows = B * Hq * Tq;
+    parallel_for(rows, chunks * D, [&](size_t begin, size_t end) {
+      std::vector<float> sum(Dp);
+      for (size_t r = begin; r < end; ++r) {
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (size_t c = 0; c < chunks; ++c) {
+          const float* part = dq_parts.data() + c * heads * per + r * Dp;
+          for (size_t d = 0; d < Dp; ++d) sum[d] += part[d];
+        }
+        store_row<IO>(sum.data(), D, scale, dq + r * D);
+      }
+    });
+  }
 }
 
 }  // namespace attn
@@ -558,6 +803,48 @@ void cross_entropy(const typename IO::T* x, const int64_t* t, float* out, size_t
 template <class A>
 auto data_or_null(const A& a) -> decltype(a.data()) {
   return a.is_valid() ? a.data() : nullptr;
+}
+
+// The arrays of attention: 4-d, any strides.
+template <class T>
+using Arr4 = nb::ndarray<const T, nb::ndim<4>, nb::device::cpu>;
+
+template <class T>
+attn::View<T> view_of(const Arr4<T>& a) {
+  attn::View<T> w{a.data(), {0, 0, 0, 0}};
+  for (int d = 0; d < 4; ++d) w.s[d] = a.stride(d);
+  return w;
+}
+
+template <class T>
+attn::Shape attention_shape(const Arr4<T>& q, const Arr4<T>& k, const Arr4<T>& v, const In<float>& sinks) {
+  attn::Shape sh{q.shape(0), q.shape(1), k.shape(1), q.shape(2), k.shape(2), q.shape(3), v.shape(3)};
+  if (k.shape(0) != sh.B || v.shape(0) != sh.B || sh.Hkv == 0 || sh.Hq % sh.Hkv || v.shape(1) != sh.Hkv ||
+      k.shape(3) != sh.D || v.shape(2) != sh.Tk)
+    throw nb::value_error("[attention] q, k, v have inconsistent shapes.");
+  if (sinks.is_valid()) need(sinks, sh.Hq, "attention", "sinks");
+  return sh;
+}
+
+// The mask's element strides (0 on its broadcast dimensions of size 1).
+inline Mask attention_mask(const Arr4<uint8_t>& mbool, const Arr4<float>& madd, const attn::Shape& sh) {
+  Mask mk;
+  const size_t full[4] = {sh.B, sh.Hq, sh.Tq, sh.Tk};
+  auto strides = [&](const auto& a) {
+    for (int d = 0; d < 4; ++d) {
+      if (a.shape(d) != 1 && a.shape(d) != full[d])
+        throw nb::value_error("[attention] The mask does not broadcast to the scores.");
+      mk.stride[d] = a.shape(d) == 1 ? 0 : a.stride(d);
+    }
+  };
+  if (mbool.is_valid()) {
+    strides(mbool);
+    mk.boolean = mbool.data();
+  } else if (madd.is_valid()) {
+    strides(madd);
+    mk.additive = madd.data();
+  }
+  return mk;
 }
 
 template <class IO>
@@ -632,42 +919,15 @@ void bind_typed(nb::module_& m, const std::string& suffix) {
       "logsumexp(row) - row[target] of rows of n logits, in float32.");
   m.def(
       ("attention_" + suffix).c_str(),
-      [](nb::ndarray<const T, nb::ndim<4>, nb::device::cpu> q, nb::ndarray<const T, nb::ndim<4>, nb::device::cpu> k,
-         nb::ndarray<const T, nb::ndim<4>, nb::device::cpu> v, Out<T> out, float scale, bool causal,
-         nb::ndarray<const uint8_t, nb::ndim<4>, nb::device::cpu> mbool,
-         nb::ndarray<const float, nb::ndim<4>, nb::device::cpu> madd, In<float> sinks) {
-        const char* op = "[attention]";
-        attn::Shape sh{q.shape(0), q.shape(1), k.shape(1), q.shape(2), k.shape(2), q.shape(3), v.shape(3)};
-        if (k.shape(0) != sh.B || v.shape(0) != sh.B || sh.Hkv == 0 || sh.Hq % sh.Hkv || v.shape(1) != sh.Hkv ||
-            k.shape(3) != sh.D || v.shape(2) != sh.Tk)
-          throw nb::value_error((std::string(op) + " q, k, v have inconsistent shapes.").c_str());
+      [](Arr4<T> q, Arr4<T> k, Arr4<T> v, Out<T> out, float scale, bool causal, Arr4<uint8_t> mbool,
+         Arr4<float> madd, In<float> sinks) {
+        const attn::Shape sh = attention_shape(q, k, v, sinks);
         need(out, sh.B * sh.Hq * sh.Tq * sh.Dv, "attention", "out");
-        auto view = [](const auto& a) {
-          attn::View<T> w{a.data(), {0, 0, 0, 0}};
-          for (int d = 0; d < 4; ++d) w.s[d] = a.stride(d);
-          return w;
-        };
-        Mask mk;
-        const size_t full[4] = {sh.B, sh.Hq, sh.Tq, sh.Tk};
-        auto strides = [&](const auto& a) {
-          for (int d = 0; d < 4; ++d) {
-            if (a.shape(d) != 1 && a.shape(d) != full[d])
-              throw nb::value_error((std::string(op) + " The mask does not broadcast to the scores.").c_str());
-            mk.stride[d] = a.shape(d) == 1 ? 0 : a.stride(d);
-          }
-        };
-        if (mbool.is_valid()) {
-          strides(mbool);
-          mk.boolean = mbool.data();
-        } else if (madd.is_valid()) {
-          strides(madd);
-          mk.additive = madd.data();
-        }
-        if (sinks.is_valid()) need(sinks, sh.Hq, "attention", "sinks");
+        const Mask mk = attention_mask(mbool, madd, sh);
         if (sh.B * sh.Hq * sh.Tq == 0) return;
         nb::gil_scoped_release release;
-        attn::attention<typename Lanes<IO>::type>(view(q), view(k), view(v), out.data(), sh, scale, causal, mk,
-                                                  data_or_null(sinks));
+        attn::attention<typename Lanes<IO>::type>(view_of(q), view_of(k), view_of(v), out.data(), sh, scale, causal,
+                                                  mk, data_or_null(sinks));
       },
       "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(), "scale"_a, "causal"_a,
       "mask_bool"_a.noconvert().none(), "mask_add"_a.noconvert().none(), "sinks"_a.noconvert().none(),
@@ -675,6 +935,35 @@ void bind_typed(nb::module_& m, const std::string& suffix) {
       "(any strides) into out[B, Hq, Tq, Dv]: the causal mask (keys j > t + Tk - Tq), or a boolean or "
       "additive float32 4-d mask (broadcast dimensions of size 1), and the sinks' logits (one per query "
       "head), in one pass over key blocks with an online softmax.");
+  m.def(
+      ("attention_vjp_" + suffix).c_str(),
+      [](Arr4<T> q, Arr4<T> k, Arr4<T> v, Arr4<T> o, Arr4<T> g, Out<T> dq, Out<T> dk, Out<T> dv,
+         Out<float> dsinks, float scale, bool causal, Arr4<uint8_t> mbool, Arr4<float> madd, In<float> sinks) {
+        const attn::Shape sh = attention_shape(q, k, v, sinks);
+        for (const auto* a : {&o, &g})
+          if (a->shape(0) != sh.B || a->shape(1) != sh.Hq || a->shape(2) != sh.Tq || a->shape(3) != sh.Dv)
+            throw nb::value_error("[attention_vjp] the output or its cotangent does not have the shape [B, Hq, Tq, Dv].");
+        need(dq, sh.B * sh.Hq * sh.Tq * sh.D, "attention_vjp", "dq");
+        need(dk, sh.B * sh.Hkv * sh.Tk * sh.D, "attention_vjp", "dk");
+        need(dv, sh.B * sh.Hkv * sh.Tk * sh.Dv, "attention_vjp", "dv");
+        if (sinks.is_valid() != dsinks.is_valid())
+          throw nb::value_error("[attention_vjp] dsinks is given exactly when sinks are.");
+        if (dsinks.is_valid()) need(dsinks, sh.B * sh.Hq, "attention_vjp", "dsinks");
+        const Mask mk = attention_mask(mbool, madd, sh);
+        if (sh.B * sh.Hq * sh.Tq * sh.Tk == 0)
+          throw nb::value_error("[attention_vjp] empty inputs: the caller handles them.");
+        nb::gil_scoped_release release;
+        attn::attention_vjp<typename Lanes<IO>::type>(view_of(q), view_of(k), view_of(v), view_of(o), view_of(g),
+                                                      dq.data(), dk.data(), dv.data(), data_or_null(dsinks), sh,
+                                                      scale, causal, mk, data_or_null(sinks));
+      },
+      "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "o"_a.noconvert(), "g"_a.noconvert(),
+      "dq"_a.noconvert(), "dk"_a.noconvert(), "dv"_a.noconvert(), "dsinks"_a.noconvert().none(), "scale"_a,
+      "causal"_a, "mask_bool"_a.noconvert().none(), "mask_add"_a.noconvert().none(), "sinks"_a.noconvert().none(),
+      "The backward of attention (FlashAttention-2's): from q, k, v, the output o and its cotangent g "
+      "(any strides; masks and sinks as attention_*), the cotangents dq, dk, dv (contiguous, of q's, k's "
+      "and v's shapes; dk and dv summed over the query heads of a kv head) and, with sinks, dsinks[B, Hq] "
+      "(float32, per batch), computing in float32.");
 }
 
 }  // namespace

@@ -242,8 +242,10 @@ void sum_rows_f32(const float* x, float* out, size_t rows, size_t n) {
     });
     return;
   }
-  // Few long rows: split each row into block-aligned parts, one per thread.
-  const size_t part = ((n + nt - 1) / nt + kSumBlock - 1) / kSumBlock * kSumBlock;
+  // Few long rows: split each row into block-aligned parts, a few per thread, so that
+  // the caller takes over the parts of a helper that wakes late (a busy shared core).
+  const size_t want = 4 * nt;
+  const size_t part = ((n + want - 1) / want + kSumBlock - 1) / kSumBlock * kSumBlock;
   const size_t parts = (n + part - 1) / part;
   std::vector<double> partial(parts);
   for (size_t r = 0; r < rows; ++r) {

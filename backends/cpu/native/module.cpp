@@ -10,10 +10,14 @@
 #include <numpy/arrayobject.h>
 
 #include <cstdint>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "allocator.h"
 #include "buffer.h"
+#include "fpmode.h"
 #include "kernels.h"
 #include "packs.h"
 #include "parallel.h"
@@ -118,10 +122,12 @@ NB_MODULE(_native, m) {
       []() {
         PyObject* previous = PyDataMem_SetHandler(g_handler);
         if (previous == nullptr) throw nb::python_error();
+        lazyx::fp::enter_eval();
         return nb::steal(previous);
       },
-      "Install lazyx's allocation handler in the current context; returns the previous "
-      "handler, to give to exit_eval.");
+      "Install lazyx's allocation handler in the current context and, while the "
+      "flush-denormal switch is on, flush subnormals to zero on this thread; returns the "
+      "previous handler, to give to exit_eval.");
   m.def(
       "exit_eval",
       [](nb::handle token) {
@@ -131,8 +137,11 @@ NB_MODULE(_native, m) {
         PyObject* previous = PyDataMem_SetHandler(t);
         if (previous == nullptr) throw nb::python_error();
         Py_DECREF(previous);
+        // None installs NumPy's handler inside an evaluation (find_kernel): the
+        // floating-point mode stays the evaluation's.
+        if (t != nullptr) lazyx::fp::exit_eval();
       },
-      "token"_a.none(), "Restore the allocation handler enter_eval replaced.");
+      "token"_a.none(), "Restore the allocation handler (and floating-point mode) enter_eval replaced.");
   m.def(
       "memory_stats",
       []() {
@@ -166,6 +175,63 @@ NB_MODULE(_native, m) {
         return lazyx::set_num_threads(n);
       },
       "n"_a, "Set the threads a kernel may use; returns the previous number.");
+  // The generated kernels' call shim (lazyx/codegen/jit.py) splits their loops over this
+  // pool too: one pool of helpers for every kernel, awake between back-to-back kernels.
+  m.def(
+      "parallel_runner",
+      []() { return reinterpret_cast<uintptr_t>(&lazyx::detail::run_parallel); },
+      "The address of run_parallel(fn, ctx, n, chunk, threads), the thread pool's C entry.");
+  // -- subnormal numbers (fpmode.h) -------------------------------------------
+  m.def("set_flush_denormal", &lazyx::fp::set_flush_denormal, "on"_a,
+        "Flush subnormal numbers to zero in the kernels of later evaluations (or not); "
+        "returns whether this CPU supports it (when not, the switch stays off).");
+  m.def("get_flush_denormal", &lazyx::fp::flush_denormal,
+        "Whether evaluations flush subnormal numbers to zero.");
+  m.def(
+      "call_in_fp_mode",
+      [](uintptr_t fn, bool flush) {
+        // Threads inherit their creator's register: a library's thread-starting
+        // function run here gives its new threads this mode (backends/cpu/blas_threads.py).
+        const uint64_t saved = lazyx::fp::control();
+        const uint64_t bits = lazyx::fp::kFlushBits;
+        lazyx::fp::set_control(flush ? (saved | bits) : (saved & ~bits));
+        const int rc = reinterpret_cast<int (*)()>(fn)();
+        lazyx::fp::set_control(saved);
+        return rc;
+      },
+      "fn"_a, "flush"_a,
+      "Call the C function int fn(void) at address fn with subnormal flushing on or off "
+      "on this thread; returns its result.");
+  m.def(
+      "fp_control", []() { return lazyx::fp::control(); },
+      "The calling thread's floating-point control register (MXCSR, FPCR), for tests.");
+  m.def(
+      "parallel_fp_controls",
+      [](size_t items) {
+        // Each item of a parallel loop (about 20 us of work, so that helpers join in)
+        // records the register of the thread that ran it and whether that was the caller.
+        std::vector<uint64_t> seen(items);
+        std::vector<char> by_caller(items);
+        {
+          nb::gil_scoped_release release;
+          const auto caller = std::this_thread::get_id();
+          lazyx::parallel_for(items, lazyx::kMinWorkPerThread, [&](size_t b, size_t e) {
+            const uint64_t c = lazyx::fp::control();
+            const bool mine = std::this_thread::get_id() == caller;
+            for (size_t i = b; i < e; ++i) {
+              const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+              while (std::chrono::steady_clock::now() < until) {}
+              seen[i] = c;
+              by_caller[i] = mine;
+            }
+          });
+        }
+        nb::list out;
+        for (size_t i = 0; i < items; ++i) out.append(nb::make_tuple(seen[i], bool(by_caller[i])));
+        return out;
+      },
+      "items"_a,
+      "(control register, ran on the calling thread) of each item of a parallel loop, for tests.");
   m.def("build_info", []() {
     nb::dict d;
 #if defined(LAZYX_MARCH_NATIVE)

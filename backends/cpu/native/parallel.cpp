@@ -1,5 +1,7 @@
 #include "parallel.h"
 
+#include "fpmode.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -34,6 +36,7 @@ struct Job {
   void* ctx;
   size_t n, chunk, chunks;
   size_t max_helpers;
+  uint64_t fp_control;  // the caller's floating-point control register (fpmode.h)
   std::atomic<size_t> next{0}, done{0}, helpers{0};
 
   void work() {
@@ -100,7 +103,11 @@ class Pool {
         seen = generation_.load(std::memory_order_relaxed);
         job = job_;
       }
-      if (job && job->helpers.fetch_add(1, std::memory_order_relaxed) < job->max_helpers) job->work();
+      if (job && job->helpers.fetch_add(1, std::memory_order_relaxed) < job->max_helpers) {
+        // Compute as the caller does: flush-to-zero or IEEE subnormals (fpmode.h).
+        fp::load_control(job->fp_control);
+        job->work();
+      }
     }
   }
 
@@ -174,6 +181,7 @@ void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads)
   job->chunk = chunk;
   job->chunks = (n + chunk - 1) / chunk;
   job->max_helpers = threads - 1;
+  job->fp_control = fp::control();
   p.post(job);
   job->work();
   // Chunks a helper claimed may still be running; fn and ctx must outlive them.

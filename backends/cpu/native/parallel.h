@@ -9,6 +9,8 @@
 // finds no chunk left and costs nothing, so a parallel kernel is never much
 // slower than a serial one. Kernels only go parallel when each thread gets
 // kMinWorkPerThread elements, enough to hide a wake-up.
+// Helpers compute in the caller's floating-point mode: each job carries the
+// caller's control register (flush-to-zero or not, see fpmode.h).
 #pragma once
 
 #include <algorithm>

@@ -6,7 +6,9 @@ lazyx's allocation handler), and calls ``backends/cpu/native/fast.cpp``; float64
 empty arrays go to the NumPy kernels (``reference``), which compute the same numbers.
 
 Attention is one C++ kernel (flash-style: an online softmax over key blocks, with
-its own micro-GEMMs) reading ``q``, ``k``, ``v`` through their strides.
+its own micro-GEMMs) reading ``q``, ``k``, ``v`` through their strides; its backward
+another (FlashAttention-2's: scores recomputed per block from each row's softmax
+statistics), which also reads the output and its cotangent through their strides.
 """
 
 from __future__ import annotations
@@ -25,6 +27,21 @@ _TYPES = {np.dtype(np.float32): ("float32", None), np.dtype(np.float16): ("float
 
 def _view(a, view):
     return None if a is None else (a if view is None else a.view(view))
+
+
+def _mask_and_sinks(p, ins):
+    """Attention's mask as the C++ reads it (a boolean one as uint8, an additive one in
+    the scores' float32; any strides) and its sinks as contiguous float32, or None."""
+    mb = ma = sk = None
+    if p.mask == "array":
+        m = ins[3]
+        if m.dtype == np.bool_:
+            mb = m.view(np.uint8)
+        else:
+            ma = m.astype(np.float32, copy=False)
+    if p.sinks:
+        sk = np.ascontiguousarray(ins[3 + (p.mask == "array")], np.float32)
+    return mb, ma, sk
 
 
 def kernels(native, reference) -> dict:
@@ -110,21 +127,28 @@ def kernels(native, reference) -> dict:
         if kind is None or k.shape[2] == 0:
             return reference[fast.ScaledDotProductAttention](p, ins)
         suffix, view = kind
-        mb = ma = None
-        if p.mask == "array":
-            m = ins[3]
-            if m.dtype == np.bool_:
-                mb = m.view(np.uint8)
-            else:
-                ma = m.astype(np.float32, copy=False)  # an additive mask in the scores' type
-        sinks = ins[-1] if p.sinks else None
-        sk = None if sinks is None else np.ascontiguousarray(sinks, np.float32)
+        mb, ma, sk = _mask_and_sinks(p, ins)
         out = np.empty(q.shape[:3] + v.shape[3:], q.dtype)
         # q, k, v go in through their strides (a transposed (B, T, H, D) layout costs no copy)
         getattr(native, f"attention_{suffix}")(_view(q, view), _view(k, view), _view(v, view),
                                                _view(out, view), p.scale, p.mask == "causal",
                                                mb, ma, sk)
         return out
+
+    def attention_vjp(p, ins):
+        q, k, v = ins[:3]
+        kind = typed(q)
+        if kind is None or k.shape[2] == 0:
+            return reference[fast.ScaledDotProductAttentionVJP](p, ins)
+        suffix, view = kind
+        mb, ma, sk = _mask_and_sinks(p, ins)
+        o, g = ins[-2], ins[-1]
+        dq, dk, dv = (np.empty(a.shape, a.dtype) for a in (q, k, v))
+        dsinks = np.empty(q.shape[:2], np.float32) if p.sinks else None
+        getattr(native, f"attention_vjp_{suffix}")(
+            *(_view(a, view) for a in (q, k, v, o, g, dq, dk, dv)), dsinks, p.scale,
+            p.mask == "causal", mb, ma, sk)
+        return (dq, dk, dv) + ((dsinks,) if p.sinks else ())
 
     def cross_entropy(p, ins):
         logits, t = ins
@@ -142,4 +166,4 @@ def kernels(native, reference) -> dict:
     return {fast.RMSNorm: rms_norm, fast.LayerNorm: layer_norm,
             fast.RMSNormVJP: norm_vjp(False), fast.LayerNormVJP: norm_vjp(True),
             fast.RoPE: rope, fast.ScaledDotProductAttention: attention,
-            fast.CrossEntropy: cross_entropy}
+            fast.ScaledDotProductAttentionVJP: attention_vjp, fast.CrossEntropy: cross_entropy}

@@ -1,6 +1,6 @@
 """The C++ renderer: one kernel source per fused program.
 
-A kernel exports two entry points (fixed, short names; the library file is
+A kernel exports four entry points (fixed, short names; the library file is
 named by the source's hash):
 
 * ``lazyx_contiguous(void** buffers, int64 n, int threads)``: every
@@ -11,6 +11,11 @@ named by the source's hash):
   is the loop's shape after the caller collapsed contiguous dimensions and
   ``strides`` holds ``ndim`` element strides per input (0 along a broadcast
   dimension).
+
+Both split the loop over ``threads`` threads started per call. Two more,
+``lazyx_contiguous_range(buffers, begin, end)`` and ``lazyx_strided_range(buffers,
+shape, strides, ndim, begin, end)``, run one chunk of it on the calling thread:
+the call shim (:mod:`lazyx.codegen.jit`) splits a loop over a thread pool with them.
 
 ``buffers`` holds the inputs then the outputs. The inputs of size 1 (the
 *scalar mask*, part of the source) are loaded once, before the loop, in both
@@ -561,7 +566,9 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         scalar: one bool per input: True for an input of one element (loaded once).
         header: declarations to insert after the includes (the JIT's vector math).
     Returns:
-        the source text; it exports ``lazyx_contiguous`` and ``lazyx_strided``.
+        the source text; it exports ``lazyx_contiguous`` and ``lazyx_strided`` (the whole
+        loop, on ``threads`` threads of its own) and ``lazyx_contiguous_range`` and
+        ``lazyx_strided_range`` (one chunk of it, for the call shim's thread pool).
     """
     n_in, n_out = len(program.inputs), len(program.outputs)
     scalar = tuple(bool(s) for s in scalar)
@@ -649,6 +656,15 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         "    lx_parallel(n, threads, [=](int64_t b, int64_t e) { lx_strided(buf, shape, st, nd, b, e); });",
         "  } catch (...) { return 1; }",
         "  return 0;",
+        "}",
+        "// One chunk [begin, end) on the calling thread: the call shim splits a loop over",
+        "// the backend's thread pool with these (nd already checked).",
+        "void lazyx_contiguous_range(void* const* buf, int64_t begin, int64_t end) {",
+        "  lx_contiguous(buf, begin, end);",
+        "}",
+        "void lazyx_strided_range(void* const* buf, const int64_t* shape, const int64_t* st,",
+        "                         int nd, int64_t begin, int64_t end) {",
+        "  lx_strided(buf, shape, st, nd, begin, end);",
         "}",
         "}",
         "",

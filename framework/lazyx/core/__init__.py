@@ -16,6 +16,7 @@ from ..array import ArrayIterator, ArrayLike, array
 from ..array_api import __array_namespace_info__
 from ..backend import Backend, backends, kernel_provider, use_backend
 from ..custom_primitive import custom_primitive
+from ..denormals import get_flush_denormal, set_flush_denormal
 from ..device import (Device, DeviceType, Stream, StreamContext, ThreadLocalStream, clear_streams,
                       cpu, default_device, default_stream, device_count, device_info, gpu,
                       is_available, new_stream, new_thread_local_stream, new_thread_unsafe_stream,

@@ -433,9 +433,11 @@ _OWN = _own_references()
 
 def _donor_candidates(tape: Tape) -> dict:
     """``{node index: ((input position, slot), ...)}``: the inputs of the tape's fused
-    nodes whose buffer may become the node's output. A candidate is read by that node
-    once and last, is no output and no constant of the tape, and has the dtype (and,
-    unless shapeless, the shape) of the node's only output."""
+    nodes whose buffer may become one of the node's outputs (an optimizer's update
+    writes a parameter and its moments: three outputs, three donors). A candidate is
+    read by that node once and last, is no output and no constant of the tape, and has
+    the dtype (and, unless shapeless, the shape) of one of the node's outputs; the
+    kernel pairs donors with outputs."""
     last: dict = {}
     for i, n in enumerate(tape.nodes):
         for s in n.inputs:
@@ -443,13 +445,13 @@ def _donor_candidates(tape: Tape) -> dict:
     keep = set(tape.outputs) | set(tape.constants)
     out: dict = {}
     for i, n in enumerate(tape.nodes):
-        if type(n.prim) is not Compiled or len(n.outputs) != 1:
+        if type(n.prim) is not Compiled:
             continue
-        o = n.outputs[0]
+        kinds = {(tape.dtypes[o], None if tape.shapeless else tape.shapes[o])
+                 for o in n.outputs}
         got = tuple((j, s) for j, s in enumerate(n.inputs)
                     if last[s] == i and s not in keep and n.inputs.count(s) == 1
-                    and tape.dtypes[s] is tape.dtypes[o]
-                    and (tape.shapeless or tape.shapes[s] == tape.shapes[o]))
+                    and (tape.dtypes[s], None if tape.shapeless else tape.shapes[s]) in kinds)
         if got:
             out[i] = got
     return out
