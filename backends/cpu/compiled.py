@@ -403,6 +403,23 @@ def _pointers(arrays):
 
 # -- single ops --------------------------------------------------------------------------
 _NONE = object()
+
+
+def cached_program(programs: dict, prim, inputs, with_params: bool, program_of):
+    """The one-node program of a single op for its inputs' dtypes (and, ``with_params``,
+    its parameters), made by ``program_of(prim, inputs)`` once and kept in ``programs``;
+    None where there is none (or the parameters do not hash). Both backends' single-op
+    kernels look their programs up here."""
+    key = tuple([x.dtype for x in inputs])
+    if with_params:
+        key = (prim.params(), key)
+    try:
+        program = programs.get(key, _NONE)
+    except TypeError:  # parameters that do not hash
+        return None
+    if program is _NONE:
+        program = programs[key] = program_of(prim, inputs)
+    return program
 _broken: set = set()
 
 
@@ -448,15 +465,7 @@ def eager_kernel(cls, fallback):
         for x in inputs:
             if type(x) is not _ndarray:
                 return fallback(prim, inputs)
-        key = tuple([x.dtype for x in inputs])
-        if with_params:
-            key = (prim.params(), key)
-        try:
-            program = programs.get(key, _NONE)
-        except TypeError:  # parameters that do not hash
-            program = None
-        if program is _NONE:
-            program = programs[key] = program_of(prim, inputs)
+        program = cached_program(programs, prim, inputs, with_params, program_of)
         if program is not None and program not in _broken:
             try:
                 p = _plan_for(program, inputs)

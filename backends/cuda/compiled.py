@@ -42,7 +42,8 @@ import numpy as np
 
 from lazyx import dtypes as _dt
 from lazyx.arguments import broadcast_shapes
-from lazyx.backends.cpu.compiled import cached_layout, contiguous_layout, runs_contiguous
+from lazyx.backends.cpu.compiled import (cached_layout, cached_program, contiguous_layout,
+                                         runs_contiguous)
 from lazyx.codegen import cuda, ir
 from lazyx.errors import KernelCompileError, KernelNotFoundError
 from lazyx.transforms.fusion import _expression, interpret
@@ -247,7 +248,6 @@ def compiled_kernel(prim, inputs):
 
 
 # -- single ops --------------------------------------------------------------------------
-_NONE = object()
 
 
 def eager_kernel(cls, fallback):
@@ -270,15 +270,7 @@ def eager_kernel(cls, fallback):
         return program
 
     def kernel(prim, inputs):
-        key = tuple([x.dtype for x in inputs])
-        if with_params:
-            key = (prim.params(), key)
-        try:
-            entry = programs.get(key, _NONE)
-        except TypeError:  # parameters that do not hash
-            entry = None
-        if entry is _NONE:
-            entry = programs[key] = program_of(prim, inputs)
+        entry = cached_program(programs, prim, inputs, with_params, program_of)
         if entry is not None and entry not in _broken:
             p = _plan_for(entry, inputs)
             if not p.checked:  # first call at these shapes: the primitive's own shape rule
