@@ -195,3 +195,113 @@ def test_bad_arguments():
         check_primitive(scale.primitive)
     with pytest.raises(AssertionError, match=r"FAILED graph: ValueError: boom"):
         check_primitive(lambda x: (_ for _ in ()).throw(ValueError("boom")), X)
+
+
+# -- skip: rules left out on purpose ------------------------------------------------------
+@mx.custom_primitive(elementwise=True)
+def scale_no_jvp(x, *, by=2.0):
+    return x * by
+
+
+@scale_no_jvp.vjp
+def _scale_no_jvp_vjp(primals, cotangent, output, *, by):
+    return cotangent * by
+
+
+@mx.custom_primitive(elementwise=True)
+def cube_no_vjp(x):
+    return x ** 3
+
+
+@cube_no_vjp.jvp
+def _cube_no_vjp_jvp(primals, tangents):
+    return 3.0 * primals[0] ** 2 * tangents[0]
+
+
+def test_skip_leaves_a_rule_out_and_reports_it_as_skipped_not_passed():
+    with pytest.raises(AssertionError, match="FAILED jvp: TransformError"):
+        check_primitive(scale_no_jvp, X)
+    report = check_primitive(scale_no_jvp, X, skip={"jvp"})
+    assert not report.failed
+    assert report.skipped == {"jvp": "left out on purpose (skip=...)"}
+    assert "jvp" not in report.passed
+    assert {"graph", "shape rule", "vjp", "vmap", "compile"} <= set(report.passed)
+    text = str(report)
+    assert text.splitlines()[0].endswith(" passed, 0 failed, 1 skipped")
+    assert "skipped jvp: left out on purpose (skip=...)" in text
+    # A single name as a string, and several at once.
+    assert "jvp" in check_primitive(scale_no_jvp, X, skip="jvp").skipped
+    both = check_primitive(scale_no_jvp, X, skip={"jvp", "vmap", "kernels"})
+    assert {"jvp", "vmap", "kernels"} <= set(both.skipped)
+    assert not any(n.startswith("kernel on") or n == "vmap" for n in both.passed)
+
+
+def test_skip_hides_nothing_else():
+    @mx.custom_primitive(elementwise=True)
+    def wrong_no_jvp(x):
+        return x * 2.0
+
+    @wrong_no_jvp.vjp
+    def _vjp(primals, cotangent, output):
+        return cotangent * 3.0  # should be * 2
+
+    with pytest.raises(AssertionError) as e:
+        check_primitive(wrong_no_jvp, X, skip={"jvp"})
+    text = str(e.value)
+    assert "FAILED vjp:" in text and "finite differences" in text
+    assert "FAILED jvp" not in text and "skipped jvp: left out on purpose" in text
+
+
+def test_without_vjp_jvp_is_checked_against_finite_differences():
+    report = check_primitive(cube_no_vjp, X, skip={"vjp"})
+    assert "jvp" in report.passed and report.skipped["vjp"] == "left out on purpose (skip=...)"
+
+    @mx.custom_primitive(elementwise=True)
+    def bad_jvp(x):
+        return x ** 3
+
+    @bad_jvp.jvp
+    def _bad(primals, tangents):
+        return 2.0 * primals[0] ** 2 * tangents[0]  # should be 3 x^2
+
+    with pytest.raises(AssertionError,
+                       match="(?s)FAILED jvp: .*jvp: tangent 0 vs finite differences"):
+        check_primitive(bad_jvp, X, skip={"vjp"})
+
+
+def test_skip_on_a_non_differentiable_primitive_checks_the_other_rule():
+    @mx.custom_primitive(elementwise=True, differentiable=False)
+    def step(x):
+        return np.floor(x)
+
+    @step.vjp
+    def _step_vjp(primals, cotangent, output):
+        return None
+
+    report = check_primitive(step, X * 3, skip={"jvp"})
+    assert "zero gradients" in report.passed and report.skipped["jvp"].startswith("left out")
+
+    @mx.custom_primitive(elementwise=True, differentiable=False)
+    def leaky(x):
+        return x * 2
+
+    @leaky.vjp
+    def _leaky_vjp(primals, cotangent, output):
+        return cotangent * 2
+
+    with pytest.raises(AssertionError, match="FAILED zero gradients: nonzero cotangent"):
+        check_primitive(leaky, X, skip={"jvp"})
+    report = check_primitive(leaky, X, skip={"jvp", "vjp"})
+    assert "zero gradients" not in report.passed and {"vjp", "jvp"} <= set(report.skipped)
+
+
+def test_skip_rejects_unknown_checks_naming_the_valid_ones():
+    from lazyx.testing import SKIPPABLE
+    with pytest.raises(ArgumentError) as e:
+        check_primitive(scale, X, skip={"jpv", "vmap"})
+    text = str(e.value)
+    assert "unknown check 'jpv'" in text
+    for name in SKIPPABLE:
+        assert repr(name) in text
+    with pytest.raises(ArgumentError, match="unknown check 'graph'"):
+        check_primitive(scale, X, skip=["graph"])

@@ -21,6 +21,7 @@ import importlib
 
 _WHERE = {
     "check_primitive": "primitive_checks", "CheckReport": "primitive_checks",
+    "SKIPPABLE": "primitive_checks",
     "available_backends": "environment", "running_on": "environment",
     "isolated_registry": "environment",
 }

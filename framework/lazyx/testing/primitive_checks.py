@@ -13,6 +13,11 @@ raises one ``AssertionError`` that lists each by name:
 * ``vmap``: against a Python loop, batched at axis 0 and at the last axes;
 * ``compile``: ``lazyx.core.compile(fn)`` against eager evaluation (skipped,
   with the reason, while ``lazyx.core.compile`` does not exist).
+
+``skip={"jvp", ...}`` leaves out the checks of rules a primitive leaves out on
+purpose (:data:`SKIPPABLE`); the report lists them as skipped, never as passed.
+Without ``vjp``, ``jvp`` is checked against finite differences instead; for a
+non-differentiable primitive, ``zero gradients`` checks only the rules not skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +35,19 @@ from .checks import (TOLERANCES, check_jvp_vjp, check_vjp_fd, check_vmap_loop, r
                      to_lazyx)
 from .environment import available_backends, running_on
 
-__all__ = ["check_primitive", "CheckReport", "check_zero_gradients", "batched_examples"]
+__all__ = ["check_primitive", "CheckReport", "check_zero_gradients", "batched_examples",
+           "SKIPPABLE"]
+
+#: The checks ``check_primitive(..., skip=...)`` can leave out, with what each checks.
+#: (``graph`` cannot be skipped: every other check runs on the graph it builds.)
+SKIPPABLE = {
+    "shape rule": "output_shapes against the shapes the op promised",
+    "kernels": "the kernel on every available backend",
+    "vjp": "vjp against finite differences",
+    "jvp": "jvp against vjp (against finite differences when vjp is skipped)",
+    "vmap": "vmap against a Python loop",
+    "compile": "lazyx.core.compile against eager evaluation",
+}
 
 # Examples of a batch: scaled copies keep signs, order and most domains.
 FACTORS = (1.0, 0.9, 1.1)
@@ -84,7 +101,7 @@ class _Skip(Exception):
 
 
 def check_primitive(prim_or_op, *example_inputs, batch_ints: bool = True,
-                    backends=None) -> CheckReport:
+                    backends=None, skip=()) -> CheckReport:
     """Check a primitive as the registry-wide tests check the built-in ones.
 
     Args:
@@ -100,16 +117,23 @@ def check_primitive(prim_or_op, *example_inputs, batch_ints: bool = True,
           valid in order).
         backends (list(str), optional): The backends to evaluate on (default:
           every available one).
+        skip (set(str), optional): Checks to leave out on purpose, for rules the
+          primitive does not have (names from :data:`SKIPPABLE`: ``"shape rule"``,
+          ``"kernels"``, ``"vjp"``, ``"jvp"``, ``"vmap"``, ``"compile"``). They are
+          reported as skipped, not passed.
 
     Returns:
         CheckReport: The checks that passed and those skipped (with the reason).
 
     Raises:
         AssertionError: Listing every check that failed, each by name.
+        ArgumentError: ``skip`` names a check that does not exist.
 
     Example:
         >>> check_primitive(axpby, np.ones((2, 3)), np.arange(3.0))
+        >>> check_primitive(no_forward_mode, x, skip={"jvp"})
     """
+    skip = _skipped_checks(skip)
     if isinstance(prim_or_op, type) and issubclass(prim_or_op, Primitive):
         cls = prim_or_op
         if example_inputs:
@@ -126,42 +150,72 @@ def check_primitive(prim_or_op, *example_inputs, batch_ints: bool = True,
             options = made[2] if len(made) > 2 else {}
             _check(report, made[0], list(made[1]), cls,
                    options.get("batch_ints", batch_ints), backends,
-                   f"example {k}: " if len(examples) > 1 else "")
+                   f"example {k}: " if len(examples) > 1 else "", skip)
     else:
         if not callable(prim_or_op):
             raise ArgumentError(f"check_primitive expects an op function or a Primitive "
                                 f"subclass, got {prim_or_op!r}.")
         report = CheckReport(getattr(prim_or_op, "__name__", repr(prim_or_op)))
-        _check(report, prim_or_op, list(example_inputs), None, batch_ints, backends, "")
+        _check(report, prim_or_op, list(example_inputs), None, batch_ints, backends, "", skip)
     if report.failed:
         raise AssertionError(str(report))
     return report
 
 
+def _skipped_checks(skip) -> frozenset:
+    """``skip`` as a set of check names; an unknown name is an error naming the valid ones."""
+    names = {skip} if isinstance(skip, str) else set(skip or ())
+    unknown = sorted(n for n in names if n not in SKIPPABLE)
+    if unknown:
+        raise ArgumentError(
+            f"check_primitive(skip=...): unknown check {', '.join(map(repr, unknown))}; the "
+            f"checks that can be skipped are {', '.join(map(repr, SKIPPABLE))}.")
+    return frozenset(names)
+
+
+ON_REQUEST = "left out on purpose (skip=...)"
+
+
 # -- the checks ------------------------------------------------------------------------
-def _check(report, fn, args, cls, batch_ints, backends, prefix):
+def _check(report, fn, args, cls, batch_ints, backends, prefix, skip=frozenset()):
     args = [np.asarray(a) for a in args]
     state: dict = {}
     if not report.run(prefix + "graph", _graph, fn, args, cls, state):
         return
-    report.run(prefix + "shape rule", _shape_rules, state["outputs"])
-    names = available_backends() if backends is None else list(backends)
-    results: dict = {}
-    for name in names:
-        report.run(f"{prefix}kernel on {name}", _kernels, fn, args, name, results)
+
+    def run(name, check, *rest):
+        if name in skip:
+            report.skipped[prefix + name] = ON_REQUEST
+        else:
+            report.run(prefix + name, check, *rest)
+
+    run("shape rule", _shape_rules, state["outputs"])
+    if "kernels" in skip:
+        report.skipped[prefix + "kernels"] = ON_REQUEST
+    else:
+        names = available_backends() if backends is None else list(backends)
+        results: dict = {}
+        for name in names:
+            report.run(f"{prefix}kernel on {name}", _kernels, fn, args, name, results)
     floats = [i for i, a in enumerate(args) if a.dtype.kind == "f"]
     if state["differentiable"]:
         if floats:
             tol = _tolerance(fn, args, floats)
-            report.run(prefix + "vjp", _vjp, fn, args, floats, tol)
-            report.run(prefix + "jvp", _jvp, fn, args, floats, tol)
+            run("vjp", _vjp, fn, args, floats, tol)
+            run("jvp", _jvp_fd if "vjp" in skip else _jvp, fn, args, floats, tol)
         else:
-            report.skipped[prefix + "vjp"] = report.skipped[prefix + "jvp"] = \
-                "no floating input to differentiate"
+            for name in ("vjp", "jvp"):
+                report.skipped[prefix + name] = ON_REQUEST if name in skip else \
+                    "no floating input to differentiate"
     else:
-        report.run(prefix + "zero gradients", check_zero_gradients, fn, args)
-    report.run(prefix + "vmap", _vmap, fn, args, floats, batch_ints)
-    report.run(prefix + "compile", _compiled, fn, args)
+        for name in ("vjp", "jvp"):
+            if name in skip:
+                report.skipped[prefix + name] = ON_REQUEST
+        rules = tuple(r for r in ("vjp", "jvp") if r not in skip)
+        if rules:
+            report.run(prefix + "zero gradients", check_zero_gradients, fn, args, "", rules)
+    run("vmap", _vmap, fn, args, floats, batch_ints)
+    run("compile", _compiled, fn, args)
 
 
 def _outputs(out) -> list:
@@ -267,22 +321,50 @@ def _jvp(fn, args, floats, tol):
                   atol=tol["jvp_rtol"], msg="jvp")
 
 
-def check_zero_gradients(fn, args, msg: str = ""):
-    """Assert that ``fn`` gives zero cotangents and tangents for every input
-    (the check of a non-differentiable primitive)."""
+def _jvp_fd(fn, args, floats, tol):
+    """``jvp`` against central finite differences along a random direction (the check
+    of ``jvp`` when ``vjp`` is left out, so ``<u, J v> == <J^T u, v>`` cannot be used)."""
+    f = _of_floats(fn, args, floats)
+    gen = rng(3)
+    xs = [args[i].astype(np.float64) for i in floats]
+    vs = [gen.standard_normal(x.shape) for x in xs]
+    as64 = [mx.array(x, dtype=mx.float64) for x in xs]
+    outs, tangents = mx.jvp(f, as64, [mx.array(v, dtype=mx.float64) for v in vs])
+    eps = tol["eps"]
+
+    def at(sign):
+        return _outputs(f(*[mx.array(x + sign * eps * v, dtype=mx.float64)
+                            for x, v in zip(xs, vs)]))
+
+    plus, minus = at(1.0), at(-1.0)
+    for k, (o, t, p, m) in enumerate(zip(_outputs(outs), tangents, plus, minus)):
+        assert t.shape == o.shape, f"jvp: tangent {k} has shape {t.shape}, output {o.shape}"
+        if o.dtype.kind not in "fc":
+            continue
+        fd = (np.array(p, dtype=np.float64) - np.array(m, dtype=np.float64)) / (2 * eps)
+        np.testing.assert_allclose(np.array(t, dtype=np.float64), fd, rtol=tol["rtol"],
+                                   atol=tol["atol"],
+                                   err_msg=f"jvp: tangent {k} vs finite differences")
+
+
+def check_zero_gradients(fn, args, msg: str = "", rules=("vjp", "jvp")):
+    """Assert that ``fn`` gives zero cotangents (``"vjp"`` in ``rules``) and tangents
+    (``"jvp"``) for every input (the check of a non-differentiable primitive)."""
     pre = f"{msg}: " if msg else ""
     arrays = [to_lazyx(a) for a in args]
     gen = rng(5)
     outs = _outputs(fn(*arrays))
-    cots = [mx.array(gen.standard_normal(o.shape), dtype=o.dtype) if o.dtype.kind in "fc"
-            else mx.zeros_like(o) for o in outs]
-    _, grads = mx.vjp(fn, arrays, cots)
-    for k, g in enumerate(grads):
-        assert g.shape == arrays[k].shape, f"{pre}cotangent {k} has shape {g.shape}"
-        assert not np.any(np.array(g)), f"{pre}nonzero cotangent for input {k}"
-    _, tans = mx.jvp(fn, arrays, [mx.ones_like(a) for a in arrays])
-    for k, t in enumerate(tans):
-        assert not np.any(np.array(t)), f"{pre}nonzero tangent for output {k}"
+    if "vjp" in rules:
+        cots = [mx.array(gen.standard_normal(o.shape), dtype=o.dtype) if o.dtype.kind in "fc"
+                else mx.zeros_like(o) for o in outs]
+        _, grads = mx.vjp(fn, arrays, cots)
+        for k, g in enumerate(grads):
+            assert g.shape == arrays[k].shape, f"{pre}cotangent {k} has shape {g.shape}"
+            assert not np.any(np.array(g)), f"{pre}nonzero cotangent for input {k}"
+    if "jvp" in rules:
+        _, tans = mx.jvp(fn, arrays, [mx.ones_like(a) for a in arrays])
+        for k, t in enumerate(tans):
+            assert not np.any(np.array(t)), f"{pre}nonzero tangent for output {k}"
 
 
 def batched_examples(x: np.ndarray, axis: int, reverse_ints: bool) -> np.ndarray:
