@@ -285,36 +285,141 @@ def test_kernels_match_reference_and_fall_back(case, dtype, layout):
         assert spy.calls == 1
 
 
+# max and min propagate NaN (NumPy, MLX); sums accumulate float32 lanes, blocks in double.
+REDUCE_OPS = {"sum": np.sum, "max": np.max, "min": np.min}
+# Around the vector width (8 or 16 lanes), the 4-vector loop, the 4096-element block and
+# the threaded split of long rows (2 * 2**17 elements).
+REDUCE_LENGTHS = [1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 4095, 4096, 4097, 300_001]
+
+
+def assert_reduced(got, x, op):
+    """``got`` is op(x) over the last axis, against float64 NumPy (sums to rounding, max/min exactly)."""
+    want = REDUCE_OPS[op](x.astype(np.float64), axis=-1)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    if op == "sum":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(x).sum(-1).max())
+    else:
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE_OPS))
+@pytest.mark.parametrize("n", REDUCE_LENGTHS)
+def test_reduce_rows(op, n):
+    gen = np.random.default_rng(n)
+    rows = 3 if n < 100_000 else 1
+    x = gen.normal(0, 10, (rows, n)).astype(np.float32)
+    assert_reduced(run_native(op, x, n, True), x, op)
+    if n > 1 and op != "sum":  # the extreme in the tail, the first lane, the middle
+        for at in (n - 1, 0, n // 2):
+            y = x.copy()
+            y[:, at] = 1e30 if op == "max" else -1e30
+            assert_reduced(run_native(op, y, n, True), y, op)
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE_OPS))
+@pytest.mark.parametrize("n", [1, 9, 33, 4097, 300_001])
+def test_reduce_rows_nan_and_infinities(op, n):
+    inf = np.float32(np.inf)
+    x = np.random.default_rng(7).normal(0, 1, (6, n)).astype(np.float32)
+    x[0, -1] = np.nan       # NaN in the tail (last partial vector)
+    x[1, 0] = np.nan        # in the first lane
+    x[2, :] = -inf          # all -inf: max -inf, sum -inf
+    x[3, :] = inf
+    x[4, n // 2] = inf      # one inf
+    if n > 1:
+        x[5, 0], x[5, -1] = inf, -inf  # sum: inf - inf is NaN
+    with np.errstate(invalid="ignore"):
+        want = REDUCE_OPS[op](x.astype(np.float64), axis=-1)
+    got = run_native(op, x, n, True).astype(np.float64)
+    if op == "sum":
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(got[~finite], want[~finite])  # NaN and +-inf exactly
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5 * n)
+    else:
+        np.testing.assert_array_equal(got, want)  # assert_array_equal matches NaN with NaN
+    assert np.isnan(got[:2]).all()
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 3])
+def test_reduce_rows_threads(threads, num_threads):
+    threads(num_threads)
+    x = np.random.default_rng(11).normal(0, 1, 2 * 300_001).astype(np.float32)
+    x[-5] = 77.0
+    x[123] = -88.0
+    for op in REDUCE_OPS:
+        assert_reduced(run_native(op, x, x.size, True), x[None], op)  # one long row, split in parts
+        assert_reduced(run_native(op, x.reshape(2, -1), 300_001, True), x.reshape(2, -1), op)
+    for part in (0, x.size // 3, x.size - 1):  # a NaN in any part makes the whole NaN
+        y = x.copy()
+        y[part] = np.nan
+        for op in ("max", "min"):
+            assert np.isnan(run_native(op, y, y.size, True)[0])
+
+
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("shape,axes", [((70_000,), (0,)), ((3, 40_000), (1,)), ((4, 200, 100), (1, 2)),
                                         ((4, 200, 100), (0,)), ((300, 300), (0, 1))])
-def test_sum_kernel(shape, axes, keepdims):
+@pytest.mark.parametrize("op", sorted(REDUCE_OPS))
+def test_reduce_kernel(op, shape, axes, keepdims):
     cls = primitive_class("reductions", "Reduce")
     kernel, reference = kernel_pair(cls)
     x = random_array(shape, mx.float32, gen=np.random.default_rng(5))
-    prim = cls(mx.default_stream(mx.cpu), "sum", axes, keepdims)
+    prim = cls(mx.default_stream(mx.cpu), op, axes, keepdims)
     got = kernel(prim, [x])
-    expected = x.astype(np.float64).sum(axes, keepdims=keepdims)
+    expected = REDUCE_OPS[op](x.astype(np.float64), axis=axes, keepdims=keepdims)
     assert got.dtype == np.float32 and got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * np.abs(x).sum())
-    np.testing.assert_allclose(got, reference(prim, [x]), rtol=1e-5, atol=1e-6 * np.abs(x).sum())
-    # Other ops and dtypes are the reference's.
-    prim_max = cls(mx.default_stream(mx.cpu), "max", axes, keepdims)
-    np.testing.assert_array_equal(kernel(prim_max, [x]), reference(prim_max, [x]))
+    if op == "sum":
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+        np.testing.assert_allclose(got, reference(prim, [x]), rtol=1e-5, atol=1e-6 * np.abs(x).sum())
+    else:
+        np.testing.assert_array_equal(got, expected.astype(np.float32))
+        np.testing.assert_array_equal(got, reference(prim, [x]))
+    # Other ops are the reference's.
+    prim_prod = cls(mx.default_stream(mx.cpu), "prod", axes, keepdims)
+    with np.errstate(over="ignore"):  # products of thousands of values overflow to inf
+        np.testing.assert_array_equal(kernel(prim_prod, [x]), reference(prim_prod, [x]))
     xt = x.T
-    prim_t = cls(mx.default_stream(mx.cpu), "sum", tuple(range(x.ndim - len(axes), x.ndim)), keepdims)
-    np.testing.assert_allclose(kernel(prim_t, [xt]), xt.astype(np.float64).sum(prim_t.axes, keepdims=keepdims),
+    prim_t = cls(mx.default_stream(mx.cpu), op, tuple(range(x.ndim - len(axes), x.ndim)), keepdims)
+    np.testing.assert_allclose(kernel(prim_t, [xt]),
+                               REDUCE_OPS[op](xt.astype(np.float64), axis=prim_t.axes, keepdims=keepdims),
                                rtol=1e-5, atol=1e-6 * np.abs(x).sum())
-    # Which inputs the native sum takes, and which go to the reference.
+    # Which inputs the native kernel takes, and which go to the reference: strided
+    # views, other dtypes (float16/bfloat16/float64 included), empty arrays, other ops.
     spy = counting(reference)
-    spied = native_kernels._sum_kernel(native.sum_float32, spy)
+    spied = native_kernels._reduce_kernel({op: getattr(native, f"{op}_float32")}, spy)
     trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
-    for prim_i, x_i, native_path in [(prim, x, trailing), (prim_max, x, False),
-                                     (prim_t, xt, xt.flags.c_contiguous),
-                                     (prim, x.astype(np.float64), False)]:
+    cases = [(prim, x, trailing), (prim_prod, x, False), (prim_t, xt, xt.flags.c_contiguous),
+             (prim, x[..., ::2], False)]
+    for d in (np.float64, np.float16, ml_dtypes.bfloat16):
+        cases.append((prim, x.astype(d), False))
+    for prim_i, x_i, native_path in cases:
         spy.calls = 0
-        spied(prim_i, [x_i])
+        with np.errstate(over="ignore"):
+            got = spied(prim_i, [x_i])
         assert spy.calls == (0 if native_path else 1)
+        if prim_i is prim:
+            want = REDUCE_OPS[op](x_i.astype(np.float64), axis=axes, keepdims=keepdims)
+            tol = 1e-2 if x_i.dtype.itemsize == 2 else 1e-5
+            np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * np.abs(x).sum())
+            assert got.dtype == x_i.dtype
+
+
+@pytest.mark.parametrize("op", sorted(REDUCE_OPS))
+def test_reduce_kernel_empty(op):
+    cls = primitive_class("reductions", "Reduce")
+    kernel, reference = kernel_pair(cls)
+    x = np.empty((3, 0), np.float32)
+    prim = cls(mx.default_stream(mx.cpu), op, (1,), False)
+    if op == "sum":
+        np.testing.assert_array_equal(kernel(prim, [x]), np.zeros(3, np.float32))
+    else:  # NumPy refuses max/min of nothing: the kernel defers to the reference
+        with pytest.raises(ValueError):
+            reference(prim, [x])
+        with pytest.raises(ValueError):
+            kernel(prim, [x])
+    y = np.empty((0, 5), np.float32)  # no rows: an empty result
+    got = kernel(cls(mx.default_stream(mx.cpu), op, (1,), True), [y])
+    assert got.shape == (0, 1) and got.dtype == np.float32
 
 
 # -- through the public API, both backends -----------------------------------------
@@ -330,7 +435,8 @@ def both_backends(fn, *args):
 def test_public_ops_agree_across_backends(dtype):
     x = to_lazyx(random_array((33, 257), dtype, low=-30, high=30))
     ops = [lambda a: mx.logsumexp(a, axis=-1), lambda a: mx.logsumexp(a, axis=(0, 1), keepdims=True),
-           lambda a: mx.sum(a, axis=1)]
+           lambda a: mx.sum(a, axis=1), lambda a: mx.max(a, axis=-1), lambda a: mx.min(a),
+           lambda a: mx.mean(a), lambda a: mx.mean(a, axis=-1, keepdims=True)]
     if hasattr(mx, "softmax"):
         ops += [lambda a: mx.softmax(a, axis=-1), lambda a: mx.softmax(a, axis=0)]
     if hasattr(mx, "transpose"):  # a strided view: the reference kernel serves it

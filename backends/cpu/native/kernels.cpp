@@ -1,4 +1,9 @@
-// Softmax, logsumexp and float32 sum over contiguous rows.
+// Softmax, logsumexp and float32 reductions (sum, max, min) over contiguous rows.
+//
+// Every loop runs on lanes.h's native-width vectors (8 float32 lanes with
+// AVX2, 16 with AVX-512): simd.h's fixed 16-lane type is split by GCC into
+// halves through stack memory on AVX2, and its selects into scalar code,
+// which made these kernels 5-10x slower than the memory allows there.
 //
 // Softmax and logsumexp make one pass over the input with an online max and
 // sum, block by block: a block of 1024 elements (in L1) is scanned for its
@@ -8,21 +13,30 @@
 // the output and finishes with a per-block rescale (a pass over data that is
 // still in cache for rows up to L2 size); half types recompute the exp in a
 // second pass so that their output is rounded once, from float32.
+//
+// The reductions cut a row into blocks of 4096 elements reduced in several
+// vector accumulators (so the loop is not one chain of add latencies); sums
+// add the block totals in double. Many rows split over threads by rows; a few
+// long rows (a full reduction) split each row into block-aligned parts.
 #include "kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
+#include "lanes.h"
 #include "parallel.h"
-#include "simd.h"
 
 namespace lazyx {
 
 namespace {
 
-constexpr size_t kBlockVecs = 64;  // 4 KiB of float32: the block is re-read from L1
-constexpr size_t kBlock = W * kBlockVecs;
+using lanes::L, lanes::vn, lanes::vni, lanes::splat, lanes::vmax, lanes::hsum, lanes::hmax;
+using lanes::load_partial, lanes::store_partial;
+
+constexpr size_t kBlock = 1024;  // 4 KiB of float32: the block is re-read from L1
+static_assert(kBlock % L == 0, "a block holds whole vectors");
 
 struct RowStats {
   float max;
@@ -34,38 +48,51 @@ struct RowStats {
 template <class IO, bool kStore>
 RowStats row_stats(const typename IO::T* x, size_t n, typename IO::T* out, float* mblk) {
   float m = -kInf;
-  vf s = splat(0.0f);
+  vn s = splat(0.0f);
   for (size_t b0 = 0, blk = 0; b0 < n; b0 += kBlock, ++blk) {
     const size_t len = std::min(kBlock, n - b0);
-    const size_t full = len / W, rem = len % W;
+    const size_t full = len / L, rem = len % L;
     const typename IO::T* xb = x + b0;
     // Four running maxima, so the loop is not one chain of max latencies.
-    vf m0 = splat(-kInf), m1 = m0, m2 = m0, m3 = m0;
+    vn m0 = splat(-kInf), m1 = m0, m2 = m0, m3 = m0;
     size_t i = 0;
     for (; i + 4 <= full; i += 4) {
-      m0 = vmax(m0, IO::load(xb + i * W));
-      m1 = vmax(m1, IO::load(xb + (i + 1) * W));
-      m2 = vmax(m2, IO::load(xb + (i + 2) * W));
-      m3 = vmax(m3, IO::load(xb + (i + 3) * W));
+      m0 = vmax(m0, IO::load(xb + i * L));
+      m1 = vmax(m1, IO::load(xb + (i + 1) * L));
+      m2 = vmax(m2, IO::load(xb + (i + 2) * L));
+      m3 = vmax(m3, IO::load(xb + (i + 3) * L));
     }
-    for (; i < full; ++i) m0 = vmax(m0, IO::load(xb + i * W));
-    if (rem) m1 = vmax(m1, IO::load_partial(xb + full * W, rem, -kInf));
+    for (; i < full; ++i) m0 = vmax(m0, IO::load(xb + i * L));
+    if (rem) m1 = vmax(m1, load_partial<IO>(xb + full * L, rem, -kInf));
     const float mb = hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
     if (mb > m) {
       s = s * std::exp(m - mb);  // exp(-inf) = 0 while s is still 0
       m = mb;
     }
     // A NaN in x makes its exp, and so the sum, NaN; so does inf - inf.
-    for (size_t i = 0; i < full; ++i) {
-      const vf e = vexp_nonpositive(IO::load(xb + i * W) - m);
+    const vn mv = splat(m);
+    vn s1 = splat(0.0f);
+    for (i = 0; i + 2 <= full; i += 2) {
+      const vn e0 = lanes::exp_nonpositive(IO::load(xb + i * L) - mv);
+      const vn e1 = lanes::exp_nonpositive(IO::load(xb + (i + 1) * L) - mv);
+      s += e0;
+      s1 += e1;
+      if constexpr (kStore) {
+        IO::store(out + b0 + i * L, e0);
+        IO::store(out + b0 + (i + 1) * L, e1);
+      }
+    }
+    if (i < full) {
+      const vn e = lanes::exp_nonpositive(IO::load(xb + i * L) - mv);
       s += e;
-      if constexpr (kStore) IO::store(out + b0 + i * W, e);
+      if constexpr (kStore) IO::store(out + b0 + i * L, e);
     }
     if (rem) {
-      const vf e = vexp_nonpositive(IO::load_partial(xb + full * W, rem, -kInf) - m);
-      s += e;
-      if constexpr (kStore) IO::store_partial(out + b0 + full * W, e, rem);
+      const vn e = lanes::exp_nonpositive(load_partial<IO>(xb + full * L, rem, -kInf) - mv);
+      s1 += e;
+      if constexpr (kStore) store_partial<IO>(out + b0 + full * L, e, rem);
     }
+    s += s1;
     if constexpr (kStore) mblk[blk] = m;
   }
   return {m, hsum(s)};
@@ -79,12 +106,10 @@ inline bool degenerate(const RowStats& st) { return !std::isfinite(st.max) || st
 template <class IO>
 float degenerate_logsumexp(const typename IO::T* x, size_t n) {
   float m = -kInf;
-  for (size_t i = 0; i < n; i += W) {
-    const vf v = i + W <= n ? IO::load(x + i) : IO::load_partial(x + i, n - i, -kInf);
-    for (int j = 0; j < W; ++j) {
-      if (v[j] != v[j]) return v[j];
-      m = v[j] > m ? v[j] : m;
-    }
+  for (size_t i = 0; i < n; ++i) {
+    const float v = IO::scalar(x[i]);
+    if (v != v) return v;
+    m = v > m ? v : m;
   }
   return m;
 }
@@ -107,19 +132,19 @@ void softmax_row(const typename IO::T* x, typename IO::T* out, size_t n, float* 
   const float inv = 1.0f / st.sum;
   if constexpr (kStore) {
     for (size_t b0 = 0, blk = 0; b0 < n; b0 += kBlock, ++blk) {
-      const float scale = (mblk[blk] == st.max ? 1.0f : std::exp(mblk[blk] - st.max)) * inv;
+      const vn scale = splat((mblk[blk] == st.max ? 1.0f : std::exp(mblk[blk] - st.max)) * inv);
       const size_t end = std::min(n, b0 + kBlock);
       size_t i = b0;
-      for (; i + W <= end; i += W) IO::store(out + i, IO::load(out + i) * scale);
-      if (i < end) IO::store_partial(out + i, IO::load_partial(out + i, end - i, 0.0f) * scale, end - i);
+      for (; i + L <= end; i += L) IO::store(out + i, IO::load(out + i) * scale);
+      for (; i < end; ++i) out[i] *= scale[0];
     }
   } else {
-    const size_t full = n / W, rem = n % W;
-    const vf mv = splat(st.max);
-    for (size_t i = 0; i < full; ++i) IO::store(out + i * W, vexp_nonpositive(IO::load(x + i * W) - mv) * inv);
+    const size_t full = n / L, rem = n % L;
+    const vn mv = splat(st.max), iv = splat(inv);
+    for (size_t i = 0; i < full; ++i) IO::store(out + i * L, lanes::exp_nonpositive(IO::load(x + i * L) - mv) * iv);
     if (rem) {
-      const vf v = IO::load_partial(x + full * W, rem, -kInf);
-      IO::store_partial(out + full * W, vexp_nonpositive(v - mv) * inv, rem);
+      const vn v = load_partial<IO>(x + full * L, rem, -kInf);
+      store_partial<IO>(out + full * L, lanes::exp_nonpositive(v - mv) * iv, rem);
     }
   }
 }
@@ -151,27 +176,111 @@ void logsumexp_impl(const void* xv, void* outv, size_t rows, size_t n) {
   });
 }
 
-constexpr size_t kSumBlock = 4096;
+// -- reductions of float32 ---------------------------------------------------
+constexpr size_t kReduceBlock = 4096;  // elements per float32 partial (sums: then added in double)
 
-// Sum of x[0:n]: float32 lanes within blocks of kSumBlock, block totals in double.
-double sum_range(const float* x, size_t n) {
-  double total = 0.0;
-  for (size_t b0 = 0; b0 < n; b0 += kSumBlock) {
-    const size_t len = std::min(kSumBlock, n - b0);
+// The reductions as data: the value of nothing, how a vector folds in, how
+// partial results of blocks and parts combine. Partials are double (sums
+// accumulate block totals in double; max/min are exact in any width).
+struct SumOp {
+  static constexpr float kIdentity = 0.0f;
+  static vn fold(vn a, vn x) { return a + x; }
+  static double finish(vn a) { return hsum(a); }
+  static double combine(double a, double b) { return a + b; }
+};
+
+// max and min propagate NaN, as NumPy and MLX: the lanes skip NaN (a > b ? a : b
+// keeps a NaN-free accumulator) and a separate mask remembers whether one was seen.
+struct MaxOp {
+  static constexpr float kIdentity = -kInf;
+  static vn fold(vn a, vn x) { return x > a ? x : a; }
+  static double finish(vn a) { return hmax(a); }
+  static double combine(double a, double b) { return a != a || b != b ? a + b : std::max(a, b); }
+};
+
+struct MinOp {
+  static constexpr float kIdentity = kInf;
+  static vn fold(vn a, vn x) { return x < a ? x : a; }
+  static double finish(vn a) { return -hmax(-a); }
+  static double combine(double a, double b) { return a != a || b != b ? a + b : std::min(a, b); }
+};
+
+template <class Op>
+constexpr bool kTracksNaN = !std::is_same_v<Op, SumOp>;  // a NaN already makes a sum NaN
+
+// All-ones lanes where a or b is NaN: one unordered compare for two vectors on AVX.
+inline vni unordered(vn a, vn b) {
+#if defined(__AVX__) && !defined(__AVX512F__)
+  return (vni)_mm256_cmp_ps((__m256)a, (__m256)b, _CMP_UNORD_Q);
+#else
+  return (a != a) | (b != b);
+#endif
+}
+
+// Op over x[0:n]: vector accumulators within blocks of kReduceBlock, block results combined in double.
+template <class Op>
+double reduce_range(const float* x, size_t n) {
+  using IO = lanes::F32;
+  double total = Op::kIdentity;
+  vni nan = vni{};  // lanes that saw a NaN (max and min only)
+  for (size_t b0 = 0; b0 < n; b0 += kReduceBlock) {
+    const size_t len = std::min(kReduceBlock, n - b0);
     const float* p = x + b0;
-    vf a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    vn a0 = splat(Op::kIdentity), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
-    for (; i + 4 * W <= len; i += 4 * W) {
-      a0 += F32::load(p + i);
-      a1 += F32::load(p + i + W);
-      a2 += F32::load(p + i + 2 * W);
-      a3 += F32::load(p + i + 3 * W);
+    for (; i + 4 * L <= len; i += 4 * L) {
+      const vn v0 = IO::load(p + i), v1 = IO::load(p + i + L), v2 = IO::load(p + i + 2 * L),
+               v3 = IO::load(p + i + 3 * L);
+      a0 = Op::fold(a0, v0);
+      a1 = Op::fold(a1, v1);
+      a2 = Op::fold(a2, v2);
+      a3 = Op::fold(a3, v3);
+      if constexpr (kTracksNaN<Op>) nan |= unordered(v0, v1) | unordered(v2, v3);
     }
-    for (; i + W <= len; i += W) a0 += F32::load(p + i);
-    if (i < len) a1 += F32::load_partial(p + i, len - i, 0.0f);
-    total += hsum((a0 + a1) + (a2 + a3));
+    for (; i + L <= len; i += L) {
+      const vn v = IO::load(p + i);
+      a0 = Op::fold(a0, v);
+      if constexpr (kTracksNaN<Op>) nan |= v != v;
+    }
+    if (i < len) {
+      const vn v = load_partial<IO>(p + i, len - i, Op::kIdentity);
+      a1 = Op::fold(a1, v);
+      if constexpr (kTracksNaN<Op>) nan |= v != v;
+    }
+    total = Op::combine(total, Op::finish(Op::fold(Op::fold(a0, a1), Op::fold(a2, a3))));
+  }
+  if constexpr (kTracksNaN<Op>) {
+    int32_t seen = 0;
+    for (int j = 0; j < L; ++j) seen |= nan[j];
+    if (seen) return std::numeric_limits<double>::quiet_NaN();
   }
   return total;
+}
+
+template <class Op>
+void reduce_rows(const float* x, float* out, size_t rows, size_t n) {
+  const size_t nt = static_cast<size_t>(num_threads());
+  if (rows >= nt || n < 2 * kMinWorkPerThread) {
+    parallel_for(rows, n, [=](size_t b, size_t e) {
+      for (size_t r = b; r < e; ++r) out[r] = static_cast<float>(reduce_range<Op>(x + r * n, n));
+    });
+    return;
+  }
+  // Few long rows: split each row into block-aligned parts, a few per thread, so that
+  // the caller takes over the parts of a helper that wakes late (a busy shared core).
+  const size_t want = 4 * nt;
+  const size_t part = ((n + want - 1) / want + kReduceBlock - 1) / kReduceBlock * kReduceBlock;
+  const size_t parts = (n + part - 1) / part;
+  std::vector<double> partial(parts);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = x + r * n;
+    parallel_for(parts, part, [&](size_t b, size_t e) {
+      for (size_t k = b; k < e; ++k) partial[k] = reduce_range<Op>(row + k * part, std::min(part, n - k * part));
+    });
+    double total = Op::kIdentity;
+    for (double v : partial) total = Op::combine(total, v);
+    out[r] = static_cast<float>(total);
+  }
 }
 
 }  // namespace
@@ -220,42 +329,25 @@ const char* const kernel_isa[] = {
 
 void softmax_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n) {
   switch (dt) {
-    case Dtype::float32: return softmax_impl<F32>(x, out, rows, n);
-    case Dtype::float16: return softmax_impl<F16>(x, out, rows, n);
-    case Dtype::bfloat16: return softmax_impl<BF16>(x, out, rows, n);
+    case Dtype::float32: return softmax_impl<lanes::F32>(x, out, rows, n);
+    case Dtype::float16: return softmax_impl<lanes::F16>(x, out, rows, n);
+    case Dtype::bfloat16: return softmax_impl<lanes::BF16>(x, out, rows, n);
   }
 }
 
 void logsumexp_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n) {
   switch (dt) {
-    case Dtype::float32: return logsumexp_impl<F32>(x, out, rows, n);
-    case Dtype::float16: return logsumexp_impl<F16>(x, out, rows, n);
-    case Dtype::bfloat16: return logsumexp_impl<BF16>(x, out, rows, n);
+    case Dtype::float32: return logsumexp_impl<lanes::F32>(x, out, rows, n);
+    case Dtype::float16: return logsumexp_impl<lanes::F16>(x, out, rows, n);
+    case Dtype::bfloat16: return logsumexp_impl<lanes::BF16>(x, out, rows, n);
   }
 }
 
-void sum_rows_f32(const float* x, float* out, size_t rows, size_t n) {
-  const size_t nt = static_cast<size_t>(num_threads());
-  if (rows >= nt || n < 2 * kMinWorkPerThread) {
-    parallel_for(rows, n, [=](size_t b, size_t e) {
-      for (size_t r = b; r < e; ++r) out[r] = static_cast<float>(sum_range(x + r * n, n));
-    });
-    return;
-  }
-  // Few long rows: split each row into block-aligned parts, a few per thread, so that
-  // the caller takes over the parts of a helper that wakes late (a busy shared core).
-  const size_t want = 4 * nt;
-  const size_t part = ((n + want - 1) / want + kSumBlock - 1) / kSumBlock * kSumBlock;
-  const size_t parts = (n + part - 1) / part;
-  std::vector<double> partial(parts);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * n;
-    parallel_for(parts, part, [&](size_t b, size_t e) {
-      for (size_t k = b; k < e; ++k) partial[k] = sum_range(row + k * part, std::min(part, n - k * part));
-    });
-    double total = 0.0;
-    for (double v : partial) total += v;
-    out[r] = static_cast<float>(total);
+void reduce_rows_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t n) {
+  switch (op) {
+    case ReduceOp::sum: return reduce_rows<SumOp>(x, out, rows, n);
+    case ReduceOp::max: return reduce_rows<MaxOp>(x, out, rows, n);
+    case ReduceOp::min: return reduce_rows<MinOp>(x, out, rows, n);
   }
 }
 

@@ -15,9 +15,11 @@ void softmax_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n);
 // out[r] = log(sum(exp(x[r, :]))).
 void logsumexp_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n);
 
-// out[r] = sum(x[r, :]) for float32, accumulated in blocks of float32 lanes
-// whose totals are added in double.
-void sum_rows_f32(const float* x, float* out, size_t rows, size_t n);
+enum class ReduceOp { sum, max, min };
+
+// out[r] = op(x[r, :]) for float32. Sums accumulate in blocks of float32 lanes
+// whose totals are added in double; max and min propagate NaN (NumPy, MLX).
+void reduce_rows_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t n);
 
 // The instruction-set extensions kernels.cpp was compiled with (it alone gets
 // -march=native), as names __builtin_cpu_supports knows; NULL-terminated.

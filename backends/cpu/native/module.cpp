@@ -256,15 +256,24 @@ NB_MODULE(_native, m) {
   // float16 and bfloat16 arrive as uint16 views of their bits.
   bind_row_kernels<uint16_t>(m, "float16", lazyx::Dtype::float16);
   bind_row_kernels<uint16_t>(m, "bfloat16", lazyx::Dtype::bfloat16);
-  m.def(
-      "sum_float32",
-      [](In<float> x, Out<float> out, size_t n) {
-        const size_t rows = rows_of(x, out, n, 1, "sum");
-        nb::gil_scoped_release release;
-        lazyx::sum_rows_f32(x.data(), out.data(), rows, n);
-      },
-      "x"_a.noconvert(), "out"_a.noconvert(), "n"_a,
-      "Sum of each row of n contiguous float32 elements of x, written to out.");
+  // Names and docstrings as literals: nanobind keeps the pointers.
+  struct Reduction { const char *fn, *name, *doc; lazyx::ReduceOp op; };
+  for (const Reduction& r :
+       {Reduction{"sum_float32", "sum", "Sum of each row of n contiguous float32 elements of x, written to out.",
+                  lazyx::ReduceOp::sum},
+        Reduction{"max_float32", "max", "Max of each row of n contiguous float32 elements of x (NaN if it holds "
+                  "one), written to out.", lazyx::ReduceOp::max},
+        Reduction{"min_float32", "min", "Min of each row of n contiguous float32 elements of x (NaN if it holds "
+                  "one), written to out.", lazyx::ReduceOp::min}}) {
+    m.def(
+        r.fn,
+        [name = r.name, op = r.op](In<float> x, Out<float> out, size_t n) {
+          const size_t rows = rows_of(x, out, n, 1, name);
+          nb::gil_scoped_release release;
+          lazyx::reduce_rows_f32(op, x.data(), out.data(), rows, n);
+        },
+        "x"_a.noconvert(), "out"_a.noconvert(), "n"_a, r.doc);
+  }
 
   // -- the op packs' kernels (packs.h) ----------------------------------------
   lazyx::bind_conv(m);
