@@ -308,7 +308,10 @@ def compiled_kernel(prim, inputs, donors=()):
         if type(x) is not _ndarray:
             inputs = [np.asarray(x) for x in inputs]
             break
-    p = _plan_for(program, inputs)
+    try:
+        p = _plan_for(program, inputs)
+    except jit.CompilerFailedError:
+        p = None  # the toolchain, not the kernel, fails: warned below, as without one
     if p is None:
         if not jit.available():
             jit.warn_missing_compiler()
@@ -469,6 +472,9 @@ def eager_kernel(cls, fallback):
         if program is not None and program not in _broken:
             try:
                 p = _plan_for(program, inputs)
+            except jit.CompilerFailedError:
+                jit.warn_missing_compiler()  # the toolchain fails, not this kernel
+                p = None
             except KernelCompileError as exc:
                 _compile_failed(program, exc)
                 p = None

@@ -9,3 +9,9 @@ planned beside them.
 __version__ = "0.1.0"
 
 from .hookspecs import hookimpl  # noqa: E402,F401
+
+import os as _os  # noqa: E402
+
+if _os.environ.get("LAZYX_LOG"):  # logging (a few ms to import) loads only when asked for
+    from . import log as _log  # noqa: E402
+    _log.configure()

@@ -87,6 +87,13 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "`KernelCacheError`.",
         (_JIT,)),
     EnvironmentVariable(
+        "LAZYX_LOG", "unset: only long work (a C++ build) prints one `lazyx: ...` line, "
+        "unless the application configured `logging`",
+        "Attaches a stderr handler at this level to the `lazyx` logger when `lazyx` is "
+        "imported: `info` shows what is built and when, `debug` each build and its time, "
+        "`warning` silences the build line. Any other value is a warning naming these.",
+        ("framework/lazyx/__init__.py", "framework/lazyx/log.py"), ("debug", "info", "warning")),
+    EnvironmentVariable(
         "CXX", "the first of the usual C++ compilers found on `PATH`",
         "The C++ compiler (with flags, e.g. `g++ -DLAZYX_SOFT_HALF`) for compiled "
         "kernels. When set and not working, no other compiler is tried.",

@@ -31,8 +31,17 @@ messages and profilers can point at it. An entry's flow:
    may go: on Linux unlinking a mapped file leaves the mapping intact.
 
 The precompiled header of the kernels' shared preamble (GCC's ``.gch``) is an
-entry of the same kind (``lx_pre_<hash>``). :func:`cache_info` and
-:func:`clear_cache` are what ``lazyx cache`` and ``lazyx cache clear`` print and do.
+entry of the same kind (``lx_pre_<hash>``), built by a background thread when a
+kernel build finds it missing (kernels compile whole meanwhile, see
+:func:`_precompiled_header`). :func:`cache_info` and :func:`clear_cache` are what
+``lazyx cache`` and ``lazyx cache clear`` print and do.
+
+**What it says.** The first build after :data:`QUIET_S` seconds without one is
+announced on the ``lazyx`` logger before it starts (:func:`lazyx.log.announce`:
+visible on stderr without configuration); each build is a ``DEBUG`` record with its
+time. A missing compiler is one warning naming the user's line; a compiler that
+fails (its ``--version``, or a one-line source after a kernel failed) is reported
+as failing, with its first error lines (:class:`CompilerFailedError`).
 
 **Memory cache.** A library is loaded once per process; :func:`build` of the
 same source again is a dictionary hit.
@@ -62,16 +71,16 @@ import tempfile
 import threading
 import time
 import uuid
-import warnings
 from pathlib import Path
 
 from . import PREAMBLE_END
 from ..errors import KernelCompileError, LazyxError, MissingCompilerWarning
+from ..log import announce, logger, warn
 
 __all__ = ["KernelCompileError", "KernelCacheError", "compiler", "available", "cache_dir",
            "cache_info", "clear_cache", "DEFAULT_MAX_MB", "build", "FLAGS",
            "vector_math_header", "stats", "missing_compiler_message", "warn_missing_compiler",
-           "MissingCompilerWarning"]
+           "MissingCompilerWarning", "CompilerFailedError", "wait_for_headers"]
 
 #: Flags besides ``-O3 -march=native -shared -fPIC``: C++17; wrapping signed integer
 #: arithmetic (NumPy's overflow behaviour, and no undefined behaviour); math
@@ -91,6 +100,11 @@ class KernelCacheError(LazyxError, ValueError):
     """The kernel cache's configuration is invalid (``LAZYX_CACHE_MAX_MB``)."""
 
 
+class CompilerFailedError(KernelCompileError):
+    """The C++ compiler fails on any source, not just lazyx's: a broken toolchain or bad
+    flags in ``CXX``. From then on :func:`available` is False (functions run unfused)."""
+
+
 #: Counters for tests and diagnostics: libraries compiled, loaded from disk, found in
 #: memory; precompiled headers built; damaged entries found (and rebuilt); entries evicted.
 stats = {"compiled": 0, "disk": 0, "memory": 0, "headers": 0, "rebuilt": 0, "evicted": 0}
@@ -99,6 +113,7 @@ _lock = threading.Lock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _building: dict[str, threading.Lock] = {}
 _compilers: dict = {}
+_failures: dict = {}  # $CXX -> [(command, output, version line or "")] of compilers that fail
 
 
 def compiler():
@@ -120,18 +135,22 @@ def _find_compiler(env: str):
         candidates = [cmd] if cmd else []
     else:
         candidates = [[c] for c in _CANDIDATES]
+    failed = _failures[env] = []
     for cmd in candidates:
         path = shutil.which(cmd[0])
         if path is None:
             continue
+        run = [path, *cmd[1:], "--version"]
         try:
-            out = subprocess.run([path, *cmd[1:], "--version"], capture_output=True, text=True,
-                                 timeout=30)
-        except (OSError, subprocess.SubprocessError):
+            out = subprocess.run(run, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            failed.append((shlex.join(run), str(exc), ""))
             continue
         if out.returncode == 0:
             version = (out.stdout or out.stderr).strip().splitlines()
             return [path, *cmd[1:]], (version[0] if version else cmd[0])
+        failed.append((f"{shlex.join(run)} (exit code {out.returncode})",
+                       out.stderr or out.stdout, ""))
     return None
 
 
@@ -141,8 +160,18 @@ def available() -> bool:
 
 
 def missing_compiler_message() -> str:
-    """What to do when there is no compiler, in words."""
+    """What to do when there is no working compiler, in words: none was found, or the
+    one found fails (then with the command and its first error lines)."""
     env = os.environ.get("CXX", "").strip()
+    compiler()
+    failed = _failures.get(env)
+    if failed:
+        command, output, version = failed[0]
+        name = f" ({version})" if version else ""
+        return (f"lazyx's C++ compiler{name} fails, so compiled functions run their operations "
+                f"unfused.\n  command: {command}\n  output:\n{_first_lines(output)}\n"
+                f"Fix the compiler, or set the CXX environment variable to a working C++ "
+                f"compiler (with its flags, e.g. CXX='g++ -O2').")
     tried = f"CXX={env!r}" if env else ", ".join(_CANDIDATES)
     return (f"lazyx found no C++ compiler (tried {tried}), so compiled functions run their "
             f"operations unfused. To enable fused kernels, install one (e.g. `apt install g++`) "
@@ -152,12 +181,13 @@ def missing_compiler_message() -> str:
 _warned = False
 
 
-def warn_missing_compiler(stacklevel: int = 3) -> None:
-    """Warn, once per process, that there is no compiler and how to get one."""
+def warn_missing_compiler() -> None:
+    """Warn, once per process, that there is no working compiler and how to get one
+    (the warning names the line of the user's code that led here)."""
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn(missing_compiler_message(), MissingCompilerWarning, stacklevel=stacklevel)
+        warn(missing_compiler_message(), MissingCompilerWarning)
 
 
 def cache_dir() -> Path:
@@ -269,6 +299,7 @@ def _compile(folder: Path, name: str, source: str, extra: tuple, cc) -> None:
     src_path = folder / f"{name}.cpp"
     _write_atomically(src_path, source.encode())
     tmp = _temporary(folder / f"{name}.so")
+    started = _build_started(cc, folder)
     try:
         ok = False
         prefix, sep, body = source.partition(PREAMBLE_END)
@@ -284,10 +315,12 @@ def _compile(folder: Path, name: str, source: str, extra: tuple, cc) -> None:
         if not ok:
             out = _run([*cc[0], *FLAGS, *extra, str(src_path), "-o", str(tmp), *_link_flags()])
             if out.returncode != 0:
+                _check_compiler(cc, extra)
                 raise KernelCompileError(_error_message(cc, src_path, out.stderr or out.stdout))
         os.replace(tmp, folder / f"{name}.so")
     finally:
         tmp.unlink(missing_ok=True)
+        _build_ended(started, src_path, header)
     _record(folder, name, cc, (f"{name}.so",), FLAGS + extra)
     stats["compiled"] += 1
 
@@ -296,49 +329,165 @@ def _run(cmd):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
-_headers: dict = {}
+# -- saying what is built --------------------------------------------------------------
+#: A build starting after this many seconds without one is announced (one line, see
+#: :func:`lazyx.log.announce`); the builds of one burst (a compiled function's first
+#: run: its kernels and the call shim, about a second each) share that line.
+QUIET_S = 30.0
+_last_build = -float("inf")  # time.monotonic() when the last build ended
+_active_builds = 0
+
+
+def _build_started(cc, folder: Path) -> float:
+    global _active_builds
+    with _lock:
+        quiet = _active_builds == 0 and time.monotonic() - _last_build >= QUIET_S
+        _active_builds += 1
+    if quiet:
+        announce("compiling C++ kernels with %s (about a second each, once: later runs load "
+                 "them from %s)...", Path(cc[0][0]).name, folder)
+    return time.perf_counter()
+
+
+def _build_ended(started: float, src_path: Path, header) -> None:
+    global _active_builds, _last_build
+    with _lock:
+        _active_builds -= 1
+        _last_build = time.monotonic()
+    logger.debug("compiled %s in %.2f s (%s)", src_path, time.perf_counter() - started,
+                 "with the precompiled header" if header is not None else "whole source")
+
+
+# -- a compiler that fails -------------------------------------------------------------
+_PROBE = "int lazyx_probe() { return 0; }\n"
+
+
+def _check_compiler(cc, extra: tuple) -> None:
+    """After a failed build: raise :class:`CompilerFailedError` when the compiler fails
+    on a one-line source with the same flags too (the toolchain, not lazyx's source, is
+    at fault); from then on there is no compiler for this process."""
+    with tempfile.TemporaryDirectory(prefix="lazyx-probe-") as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text(_PROBE)
+        cmd = [*cc[0], *FLAGS, *extra, str(src), "-o", str(Path(tmp) / "probe.so")]
+        try:
+            out = _run(cmd)
+            code, text = out.returncode, out.stderr or out.stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            code, text = -1, str(exc)
+    if code == 0:
+        return
+    env = os.environ.get("CXX", "").strip()
+    _failures[env] = [(f"{shlex.join(cmd)} (exit code {code})", text, cc[1])]
+    _compilers[env] = False
+    raise CompilerFailedError(missing_compiler_message())
+
+
+def _first_lines(text: str) -> str:
+    """The compiler's output from its first error line, at most :data:`_ERROR_LINES`
+    lines, indented."""
+    lines = text.splitlines()
+    first = next((i for i, ln in enumerate(lines) if "error" in ln), 0)
+    return "\n".join("    " + ln for ln in lines[first:first + _ERROR_LINES])
+
+
+# -- the precompiled header --------------------------------------------------------------
+#: The background build runs at the lowest priority, so that the kernels the user waits
+#: for get the processor first (on a busy 2-core machine: 1.5 s instead of 3 s).
+_NICE = ("nice", "-n", "19") if shutil.which("nice") else ()
+_headers: dict = {}         # (folder, key) -> the header's path, or False: there is none
+_header_builds: dict = {}   # (folder, key) -> the thread building it
 
 
 def _precompiled_header(prefix: str, cc, extra: tuple):
     """The path of a header holding ``prefix`` whose precompiled form (GCC's ``.gch``)
-    sits beside it, built once per preamble, compiler and flags; None when the compiler
-    is not GCC or the build fails (the full source is compiled instead). Compiling the
-    standard headers and the helpers is about half of a kernel's build time."""
+    sits beside it, when it is ready; None when the compiler is not GCC, the build
+    failed, or it is being built (the full source is compiled instead). Compiling the
+    standard headers and the helpers is about half of a kernel's build time.
+
+    A header found intact in the cache is used at once. Otherwise it is built once per
+    preamble, compiler and flags by a background thread (~2 s, 45 MB), so that the first
+    kernels of a fresh machine do not wait for it; the thread holds the entry's file
+    lock like any build and is joined at exit (:func:`wait_for_headers` joins it now)."""
     key = _key(prefix, ("-x", "c++-header", *extra))
     folder = cache_dir()
     name = f"lx_pre_{key}"
-    header, gch = folder / f"{name}.h", folder / f"{name}.h.gch"
+    header = folder / f"{name}.h"
     got = _headers.get((folder, key))
-    if got is False or (got is not None and gch.exists()):  # (another process may evict it)
-        return got or None
-    _headers[(folder, key)] = False
+    if got is False or (got is not None and (folder / f"{name}.h.gch").exists()):
+        return got or None  # (another process may have evicted it: then look again)
     if not _is_gcc(cc):
+        _headers[(folder, key)] = False
         return None
-    built = False
-    with _entry_lock(folder, name):
-        if _checked(folder, name, cc) is None:
-            _clear_for_build(folder, name)
-            _write_atomically(header, prefix.encode())
-            tmp = _temporary(gch)
-            try:
-                flags = [f for f in FLAGS if f != "-shared"]
-                out = _run([*cc[0], *flags, *extra, "-x", "c++-header", str(header),
-                            "-o", str(tmp)])
-                if out.returncode != 0:
-                    return None
-                os.replace(tmp, gch)
-            finally:
-                tmp.unlink(missing_ok=True)
-            _record(folder, name, cc, (header.name, gch.name), (*flags, *extra))
-            stats["headers"] += 1
-            built = True
-        else:
+    with _lock:
+        running = _header_builds.get((folder, key))
+        if running is not None and running.is_alive():
+            return None
+    with _entry_lock(folder, name, timeout=0) as held:  # held elsewhere: being built
+        if held and _checked(folder, name, cc) is not None:
             _touch(folder, name)
-        _pinned.add((folder, name))  # read by every later build: this process keeps it
-    if built:
-        _evict(folder, name, _max_bytes())
-    _headers[(folder, key)] = header
-    return header
+            _pinned.add((folder, name))  # read by every later build: this process keeps it
+            _headers[(folder, key)] = header
+            return header
+    with _lock:
+        running = _header_builds.get((folder, key))
+        if running is None or not running.is_alive():
+            thread = threading.Thread(target=_build_header, args=(folder, key, prefix, cc, extra),
+                                      name="lazyx precompiled header")
+            _header_builds[(folder, key)] = thread
+            thread.start()  # not a daemon: a process that exits first waits for it
+    return None
+
+
+def _build_header(folder: Path, key: str, prefix: str, cc, extra: tuple) -> None:
+    """Build the precompiled header of :func:`_precompiled_header` (in its thread)."""
+    name = f"lx_pre_{key}"
+    header, gch = folder / f"{name}.h", folder / f"{name}.h.gch"
+    result = False
+    try:
+        built = False
+        with _entry_lock(folder, name):
+            if _checked(folder, name, cc) is None:
+                logger.info("building the C++ precompiled header in the background (once per "
+                            "compiler and flags, about 2 s): %s", header)
+                started = time.perf_counter()
+                _clear_for_build(folder, name)
+                _write_atomically(header, prefix.encode())
+                tmp = _temporary(gch)
+                try:
+                    flags = [f for f in FLAGS if f != "-shared"]
+                    out = _run([*_NICE, *cc[0], *flags, *extra, "-x", "c++-header",
+                                str(header), "-o", str(tmp)])
+                    if out.returncode != 0:
+                        logger.debug("the precompiled header did not build (kernels compile "
+                                     "whole):\n%s", _first_lines(out.stderr or out.stdout))
+                        return
+                    os.replace(tmp, gch)
+                finally:
+                    tmp.unlink(missing_ok=True)
+                _record(folder, name, cc, (header.name, gch.name), (*flags, *extra))
+                stats["headers"] += 1
+                built = True
+                logger.debug("built %s in %.2f s", gch, time.perf_counter() - started)
+            else:
+                _touch(folder, name)
+            _pinned.add((folder, name))  # read by every later build: this process keeps it
+        if built:
+            _evict(folder, name, _max_bytes())
+        result = header
+    except Exception as exc:  # a thread has no caller to raise to: kernels compile whole
+        logger.debug("the precompiled header did not build: %r", exc)
+    finally:
+        _headers[(folder, key)] = result
+
+
+def wait_for_headers(timeout: float | None = None) -> None:
+    """Wait until the precompiled headers being built in the background are done (at
+    most ``timeout`` seconds each): after it, the next kernel builds use them."""
+    with _lock:
+        threads = list(_header_builds.values())
+    for thread in threads:
+        thread.join(timeout)
 
 
 _gcc: dict = {}
@@ -615,11 +764,8 @@ def clear_cache() -> dict:
 
 
 def _error_message(cc, src_path: Path, text: str) -> str:
-    lines = text.splitlines()
-    first = next((i for i, ln in enumerate(lines) if "error" in ln), 0)
-    shown = "\n".join("    " + ln for ln in lines[first:first + _ERROR_LINES])
     return (f"The C++ compiler ({cc[1]}) failed to build a fused kernel.\n"
-            f"  source: {src_path}\n  compiler output:\n{shown}\n"
+            f"  source: {src_path}\n  compiler output:\n{_first_lines(text)}\n"
             f"This is a bug in lazyx's code generation: please report it with the source file. "
             f"Setting CXX to an invalid name runs compiled functions unfused meanwhile.")
 

@@ -217,7 +217,7 @@ def _can_fuse() -> bool:
     from ..codegen import jit  # the C++ toolchain loads on the first compile, not at import
     if jit.available():
         return True
-    jit.warn_missing_compiler(stacklevel=6)
+    jit.warn_missing_compiler()  # names the user's line, however deep this runs
     return False
 
 
