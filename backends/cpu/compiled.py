@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import warnings
 
 import numpy as np
 
 from lazyx import dtypes as _dt
+from lazyx import log as _log
 from lazyx.arguments import broadcast_shapes
 from lazyx.codegen import cpp, ir, jit
 from lazyx.errors import KernelCompileError, KernelOutputError
@@ -426,16 +426,21 @@ def cached_program(programs: dict, prim, inputs, with_params: bool, program_of):
 _broken: set = set()
 
 
-def _compile_failed(program, exc) -> None:
-    """Remember that ``program``'s kernel did not compile (a bug in the renderer), and warn
-    the first time: the cause is likely the same for every program."""
-    warn = not _broken
-    _broken.add(program)
+def compile_failed(broken: set, program, exc, kernel: str, instead: str) -> None:
+    """Remember in ``broken`` that ``program``'s generated kernel did not compile (a bug
+    in the renderer, or a broken compiler), and warn at the user's line the first time:
+    the cause is likely the same for every program. Both backends' generated kernels
+    report through here."""
+    warn = not broken
+    broken.add(program)
     if warn:
-        warnings.warn(f"The generated C++ kernel of an element-wise op did not compile; the "
-                      f"op runs its NumPy kernel instead (so does any other whose kernel "
-                      f"fails). This is a bug in lazyx's code generation, please report "
-                      f"it.\n{exc}", RuntimeWarning, stacklevel=4)
+        _log.warn(f"The generated {kernel} of an element-wise op did not compile; {instead} "
+                  f"(so does any other whose kernel fails). This is a bug in lazyx's code "
+                  f"generation, please report it.\n{exc}", RuntimeWarning)
+
+
+def _compile_failed(program, exc) -> None:
+    compile_failed(_broken, program, exc, "C++ kernel", "the op runs its NumPy kernel instead")
 
 
 def eager_kernel(cls, fallback):

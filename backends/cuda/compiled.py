@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import numpy as np
 
 from lazyx import dtypes as _dt
 from lazyx.arguments import broadcast_shapes
-from lazyx.backends.cpu.compiled import (cached_layout, cached_program, contiguous_layout,
-                                         runs_contiguous)
+from lazyx.backends.cpu.compiled import (cached_layout, cached_program, compile_failed,
+                                         contiguous_layout, runs_contiguous)
 from lazyx.codegen import cuda, ir
 from lazyx.errors import KernelCompileError, KernelNotFoundError
 from lazyx.transforms.fusion import _expression, interpret
@@ -222,15 +221,8 @@ _broken: set = set()
 
 
 def _compile_failed(program, exc) -> None:
-    """Remember that ``program``'s kernel did not compile (a bug in the renderer, or a
-    broken NVRTC), and warn the first time: the cause is the same for every program."""
-    warn = not _broken
-    _broken.add(program)
-    if warn:
-        warnings.warn(f"The generated CUDA kernel of an element-wise program did not compile; "
-                      f"its operations run CuPy's kernels instead (so do those of any other "
-                      f"program that fails). This is a bug in lazyx's code generation, please "
-                      f"report it.\n{exc}", RuntimeWarning, stacklevel=3)
+    compile_failed(_broken, program, exc, "CUDA kernel",
+                   "its operations run CuPy's kernels instead")
 
 
 def compiled_kernel(prim, inputs):
