@@ -23,16 +23,13 @@ cuBLAS.
 from __future__ import annotations
 
 import cupy as cp
-import ml_dtypes
-import numpy as np
 from lazyx.backends.cpu.kernels.common import bf16_as_float32
 from lazyx.backends.cpu.kernels.conv import convolution_kernel
 from lazyx.plugins import conv as cv
 
-from .cudnn import CudnnError, convolution_forward, library
+from .cudnn import DATA_TYPES, CudnnError, convolution_forward, library
 
 _im2col = bf16_as_float32(convolution_kernel(cp))
-_CUDNN_TYPES = tuple(map(np.dtype, (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)))
 
 
 def _prepare(p, x):
@@ -73,7 +70,7 @@ def _by_cudnn(p, x, w):
 
 def _convolution(p, inputs):
     x, w = inputs
-    if x.size and w.size and x.dtype in _CUDNN_TYPES and library() is not None:
+    if x.size and w.size and x.dtype.name in DATA_TYPES and library() is not None:
         try:
             return _by_cudnn(p, x, w)
         except CudnnError:  # a configuration cuDNN does not support: im2col serves

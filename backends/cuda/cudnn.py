@@ -34,8 +34,9 @@ import os
 
 import numpy as np
 
-_DATA = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2}
-_BFLOAT16 = 9
+#: The element types cuDNN convolves, by dtype name -> cudnnDataType_t.
+DATA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 9}
+_HALF, _BFLOAT16 = DATA_TYPES["float16"], DATA_TYPES["bfloat16"]
 _NHWC = 1
 _CONVOLUTION, _CROSS_CORRELATION = 0, 1
 _TENSOR_OP_MATH, _FMA_MATH = 1, 3
@@ -145,7 +146,7 @@ class _LegacyPlan:
         x_desc, w_desc, c_desc, y_desc = self.descs
         _check(lib.cudnnSetConvolutionGroupCount(c_desc, int(groups)),
                "cudnnSetConvolutionGroupCount")
-        math = _TENSOR_OP_MATH if data in (2, _BFLOAT16) else _FMA_MATH
+        math = _TENSOR_OP_MATH if data in (_HALF, _BFLOAT16) else _FMA_MATH
         _check(lib.cudnnSetConvolutionMathType(c_desc, math), "cudnnSetConvolutionMathType")
         perf = (_AlgoPerf * 8)()
         count = ctypes.c_int()
@@ -332,7 +333,7 @@ def _set_quiet(lib, desc, name, kind, value) -> int:
 
 
 def _data_type(dtype) -> int:
-    return _BFLOAT16 if np.dtype(dtype).name == "bfloat16" else _DATA[np.dtype(dtype)]
+    return DATA_TYPES[np.dtype(dtype).name]
 
 
 def _new_plan(lib, handle, key):

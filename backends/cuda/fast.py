@@ -23,14 +23,13 @@ documentation; the GPU test run covers them.
 from __future__ import annotations
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
 
 from lazyx.backends.cpu.kernels import fast as ref
 from lazyx.plugins import fast
 
 from .flash_attention import flash_attention
-from .runtime import DTYPE_STRUCTS, CudaKernel, on_host
+from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel, as_view, on_host
 
 _SOURCE = r"""
 // NVRTC has no <math.h>: the float infinity by its bits.
@@ -294,8 +293,7 @@ __global__ void cross_entropy_rows(const typename T::S* x, const long long* t, f
 }
 """
 
-_TYPES = {np.dtype(np.float32): ("F32", None), np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
-          np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16))}
+_TYPES = {n: k for n, k in DTYPE_STRUCT_OF.items() if n != "float64"}  # float64: on the host
 _TAGS = [t for t, _ in _TYPES.values()]
 _VECS = (1, 2, 4, 8)  # 16-byte vectors per thread of norm_rows_vec (256 threads at most)
 _NAMES = ([f"norm_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
@@ -308,10 +306,6 @@ _KERNEL = CudaKernel(DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.fast", name_e
 _MAXD = 8 * 32
 
 
-def _v(a, view):
-    return None if a is None else (a if view is None else a.view(view))
-
-
 def _block(n: int) -> int:
     return 256 if n >= 2048 else (128 if n >= 512 else 32)
 
@@ -322,7 +316,7 @@ def _norm(layer: bool):
 
     def kernel(p, ins):
         x = ins[0]
-        kind = _TYPES.get(x.dtype)
+        kind = _TYPES.get(x.dtype.name)
         if kind is None or x.size == 0:
             return host(p, ins)
         tag, view = kind
@@ -339,7 +333,7 @@ def _norm(layer: bool):
         n = x.shape[-1]
         rows = x.size // n
         out = cp.empty(x.shape, x.dtype)
-        args = (_v(x, view), _v(w, view), _v(b, view), _v(out, view), np.int64(rows),
+        args = (as_view(x, view), as_view(w, view), as_view(b, view), as_view(out, view), np.int64(rows),
                 np.int64(n), np.float32(p.eps))
         flag = "true" if layer else "false"
         per = 16 // x.dtype.itemsize  # elements per 16-byte vector
@@ -362,7 +356,7 @@ def _norm_vjp(layer: bool):
 
     def kernel(p, ins):
         x, g = ins[0], ins[-1]
-        kind = _TYPES.get(x.dtype)
+        kind = _TYPES.get(x.dtype.name)
         if kind is None or x.size == 0:
             return host(p, ins)
         tag, view = kind
@@ -375,7 +369,7 @@ def _norm_vjp(layer: bool):
         xng = cp.empty((rows, n), cp.float32) if weighted else None
         fn = _KERNEL.function(f"norm_vjp_rows<{tag},{'true' if layer else 'false'}>")
         fn((min(rows, 1 << 20),), (_block(n),),
-           (_v(x, view), _v(w, view), _v(g, view), _v(dx, view), xng, np.int64(rows), np.int64(n),
+           (as_view(x, view), as_view(w, view), as_view(g, view), as_view(dx, view), xng, np.int64(rows), np.int64(n),
             np.float32(p.eps)))
         outs = [dx]
         if weighted:
@@ -394,7 +388,7 @@ _rope_on_host, _attention_on_host, _cross_entropy_on_host = (
 
 def rope(p, ins):
     x, offset = ins[0], ins[1]
-    kind = _TYPES.get(x.dtype)
+    kind = _TYPES.get(x.dtype.name)
     if kind is None or x.size == 0:
         return _rope_on_host(p, ins)
     tag, view = kind
@@ -409,7 +403,7 @@ def rope(p, ins):
     total = rows * (p.dims // 2)
     _KERNEL.function(f"rope_pairs<{tag}>")(
         (max(1, min((total + 255) // 256, 1 << 20)),), (256,),
-        (_v(x, view), _v(out, view), cos, sin, np.int64(rows), np.int64(t),
+        (as_view(x, view), as_view(out, view), cos, sin, np.int64(rows), np.int64(t),
          np.int64(x.size // (x.shape[0] * d)), np.int32(cos.shape[0]), np.int32(d),
          np.int32(p.dims), np.int32(p.traditional)))
     return out
@@ -417,7 +411,7 @@ def rope(p, ins):
 
 def attention(p, ins):
     q, k, v = ins[:3]
-    kind = _TYPES.get(q.dtype)
+    kind = _TYPES.get(q.dtype.name)
     if kind is None or q.size == 0 or k.shape[2] == 0 or q.shape[3] > _MAXD or v.shape[3] > _MAXD:
         return _attention_on_host(p, ins)
     if p.mask != "array" and not p.sinks:
@@ -445,7 +439,7 @@ def attention(p, ins):
     warps = 4
     _KERNEL.function(f"attention_rows<{tag}>")(
         ((rows + warps - 1) // warps,), (32 * warps,),
-        (_v(q, view), _v(k, view), _v(v, view), _v(out, view), np.int32(b), np.int32(hq),
+        (as_view(q, view), as_view(k, view), as_view(v, view), as_view(out, view), np.int32(b), np.int32(hq),
          np.int32(hkv), np.int32(tq), np.int32(tk), np.int32(d), np.int32(dv),
          np.float32(p.scale), np.int32(kind_id), mask, *(np.int64(s) for s in strides), sinks))
     return out
@@ -453,7 +447,7 @@ def attention(p, ins):
 
 def cross_entropy(p, ins):
     logits, t = ins
-    kind = _TYPES.get(logits.dtype)
+    kind = _TYPES.get(logits.dtype.name)
     if kind is None or logits.size == 0:
         return _cross_entropy_on_host(p, ins)
     tag, view = kind
@@ -464,7 +458,7 @@ def cross_entropy(p, ins):
     out = cp.empty(t.shape, cp.float32)
     _KERNEL.function(f"cross_entropy_rows<{tag}>")(
         (max(1, min(rows, 1 << 20)),), (_block(n),),
-        (_v(x, view), targets, out, np.int64(rows), np.int64(n)))
+        (as_view(x, view), targets, out, np.int64(rows), np.int64(n)))
     return out
 
 

@@ -26,13 +26,12 @@ on the host (they are off the hot path and must match MLX bit for bit).
 from __future__ import annotations
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
 from lazyx.backends.cpu.kernels import quantized as ref
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
-from .runtime import DTYPE_STRUCTS, CudaKernel, on_host
+from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel, as_view, on_host
 
 _SOURCE = r"""
 __device__ __constant__ float kFp4[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
@@ -192,8 +191,7 @@ _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
 _ROWS = 64  # output rows per block of qmm_t4 (ROWS in the source)
 #: x's (and the output's) element type -> its struct in DTYPE_STRUCTS and the view the
 #: kernel takes; scales and biases are read in x's type when they have it, else float32.
-_X = {np.dtype(np.float32): ("F32", None), np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
-      np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16))}
+_X = {n: k for n, k in DTYPE_STRUCT_OF.items() if n != "float64"}
 _PAIRS_OF_TYPES = [(x, x) for x in ("F32", "F16", "BF16")] + [("F16", "F32"), ("BF16", "F32")]
 _KERNEL = CudaKernel(
     DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.quantized",
@@ -216,14 +214,10 @@ def _scales(scales, mode):
     return cp.ldexp(cp.ones(e.shape, cp.float32), cp.maximum(e, 1) - 127 - (e == 0))
 
 
-def _view(a, view):
-    return a if view is None else a.view(view)
-
-
 def _run(p, x, weights, xi, wi):
     """``out[p] = x[xi[p]] @ W(wi[p])`` in x's dtype (float32, float16 or bfloat16 read and
     written as they are: a conversion per operand would cost a launch each per call)."""
-    xt = _X.get(x.dtype)
+    xt = _X.get(x.dtype.name)
     if xt is None:  # float64 and the rest: through float32
         return _run(p, x.astype(cp.float32), weights, xi, wi).astype(x.dtype)
     w = weights[0] if weights[0].dtype == cp.uint32 else weights[0].astype(cp.uint32)
@@ -233,9 +227,9 @@ def _run(p, x, weights, xi, wi):
     if sc.dtype != x.dtype or (bi is not None and bi.dtype != x.dtype):
         sc = sc.astype(cp.float32)
         bi = None if bi is None else bi.astype(cp.float32)
-    st = _X[sc.dtype]
-    sc = _view(sc.reshape((-1,) + weights[1].shape[-2:]), st[1])
-    bi = None if bi is None else _view(bi.reshape(sc.shape), st[1])
+    st = _X[sc.dtype.name]
+    sc = as_view(sc.reshape((-1,) + weights[1].shape[-2:]), st[1])
+    bi = None if bi is None else as_view(bi.reshape(sc.shape), st[1])
     x = cp.ascontiguousarray(x)
     n = p.columns(w.shape)
     k = x.shape[-1]
@@ -244,7 +238,7 @@ def _run(p, x, weights, xi, wi):
     total = P * M * n
     if total:
         types = f"{xt[0]}, {st[0]}"
-        args = (_view(x, xt[1]), w, sc, bi if bi is not None else sc, xi, wi, _view(out, xt[1]),
+        args = (as_view(x, xt[1]), w, sc, bi if bi is not None else sc, xi, wi, as_view(out, xt[1]),
                 np.int64(P), np.int64(M), np.int64(k), np.int64(n), np.int64(w.shape[-1]),
                 np.int64(sc.shape[-1]), np.int32(p.bits), np.int32(p.group_size),
                 np.int32(_MODE[p.mode]), np.int64(x.shape[0]), np.int64(w.shape[0]),

@@ -16,13 +16,12 @@ from __future__ import annotations
 import math
 
 import cupy as cp
-import ml_dtypes
 import numpy as np
 
 from lazyx.backends.cpu.kernels import products as np_products
 from lazyx.backends.cpu.kernels import reductions as np_reductions
 
-from .runtime import DTYPE_STRUCTS, CudaKernel
+from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel
 
 _SOURCE = r"""
 
@@ -103,13 +102,7 @@ __global__ void logsumexp_rows(const typename T::S* x, typename T::S* out, long 
 }
 """
 
-#: NumPy dtype -> (template argument, the dtype the buffers are viewed as)
-_TYPES = {
-    np.dtype(np.float32): ("F32", None),
-    np.dtype(np.float64): ("F64", None),
-    np.dtype(np.float16): ("F16", np.dtype(np.uint16)),
-    np.dtype(ml_dtypes.bfloat16): ("BF16", np.dtype(np.uint16)),
-}
+_TYPES = DTYPE_STRUCT_OF
 
 _KERNEL = CudaKernel(DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.rowwise", name_expressions=[
     f"{k}_rows<{t}>" for k in ("softmax", "logsumexp") for t, _ in _TYPES.values()])
@@ -136,7 +129,7 @@ def _launch(name, tag, xs, out, rows, n):
 
 def softmax(p, ins):
     x = ins[0]
-    kind = _TYPES.get(x.dtype)
+    kind = _TYPES.get(x.dtype.name)
     shape = _rows(x, p.axes) if kind is not None else None
     if shape is None:
         return np_products._softmax(p, ins)  # runs on CuPy arrays
@@ -150,7 +143,7 @@ def softmax(p, ins):
 
 def logsumexp(p, ins):
     x = ins[0]
-    kind = _TYPES.get(x.dtype)
+    kind = _TYPES.get(x.dtype.name)
     shape = _rows(x, p.axes) if kind is not None else None
     if shape is None:
         return np_reductions._logsumexp(p, ins)

@@ -120,6 +120,18 @@ struct BF16 {
 """
 
 
+#: A dtype's name -> its struct in :data:`DTYPE_STRUCTS` and the dtype a kernel takes its
+#: buffers as (the half types as their 16 bits), for the kernels templated on them (keyed
+#: by name: the table needs no ml_dtypes import).
+DTYPE_STRUCT_OF = {"float32": ("F32", None), "float64": ("F64", None),
+                   "float16": ("F16", "uint16"), "bfloat16": ("BF16", "uint16")}
+
+
+def as_view(a, view):
+    """``a`` viewed as ``view`` (a dtype name or None: as it is); None stays None."""
+    return a if a is None or view is None else a.view(view)
+
+
 def on_host(fn):
     """NumPy kernel ``fn`` as a CUDA kernel that runs it on host copies of its inputs and
     uploads the results: for the cases a pack's CUDA kernels leave to the host (exact

@@ -26,6 +26,18 @@ def _tuple(value, n: int) -> tuple:
     return (value,) * n if isinstance(value, int) else tuple(value)
 
 
+def init_kernel(layer: Module, in_channels: int, out_channels: int, ksize: tuple,
+                weight_channels: int, bias: bool) -> None:
+    """``layer.weight`` ``(out_channels, *ksize, weight_channels)`` uniform in
+    ``±sqrt(1 / (in_channels * prod(ksize)))`` and ``layer.bias`` zeros when ``bias``:
+    the convolutions' and the transposed convolutions' initialisation (MLX's)."""
+    scale = math.sqrt(1.0 / (in_channels * math.prod(ksize)))
+    layer.weight = mx.random.uniform(low=-scale, high=scale,
+                                     shape=(out_channels, *ksize, weight_channels))
+    if bias:
+        layer.bias = mx.zeros((out_channels,))
+
+
 class _Conv(Module):
     """Shared construction for the convolutions of one spatial rank ``_ndim``."""
 
@@ -44,12 +56,8 @@ class _Conv(Module):
         if n > 1:
             kernel_size, stride, padding = (_tuple(kernel_size, n), _tuple(stride, n),
                                             _tuple(padding, n))
-        ksize = _tuple(kernel_size, n)
-        scale = math.sqrt(1.0 / (in_channels * math.prod(ksize)))
-        self.weight = mx.random.uniform(low=-scale, high=scale,
-                                        shape=(out_channels, *ksize, in_channels // groups))
-        if bias:
-            self.bias = mx.zeros((out_channels,))
+        init_kernel(self, in_channels, out_channels, _tuple(kernel_size, n),
+                    in_channels // groups, bias)
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding

@@ -8,18 +8,14 @@ saved MLX weights load. Initialisation as the convolutions: uniform in
 
 from __future__ import annotations
 
-import math
 
 import lazyx.core as mx
 
 from ._checks import check_features
+from .convolution import _tuple, init_kernel
 from .base import Module
 
 __all__ = ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
-
-
-def _tuple(value, n: int) -> tuple:
-    return (value,) * n if isinstance(value, int) else tuple(value)
 
 
 class _ConvTranspose(Module):
@@ -35,12 +31,7 @@ class _ConvTranspose(Module):
             kernel_size, stride, padding, output_padding = (
                 _tuple(kernel_size, n), _tuple(stride, n), _tuple(padding, n),
                 _tuple(output_padding, n))
-        ksize = _tuple(kernel_size, n)
-        scale = math.sqrt(1.0 / (in_channels * math.prod(ksize)))
-        self.weight = mx.random.uniform(low=-scale, high=scale,
-                                        shape=(out_channels, *ksize, in_channels))
-        if bias:
-            self.bias = mx.zeros((out_channels,))
+        init_kernel(self, in_channels, out_channels, _tuple(kernel_size, n), in_channels, bias)
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
