@@ -1,8 +1,10 @@
 """fft: a 1M-point complex64 FFT and a 2048x2048 float32 rfft2, side by side with NumPy,
 SciPy, PyTorch and MLX.
 
-lazyx runs pocketfft through ``scipy.fft`` (single precision, ``workers`` threads;
-see ``backends/cpu/kernels/fft.py``); NumPy's ``numpy.fft`` is pocketfft in double
+lazyx runs Intel MKL through ``mkl_fft`` where ``lazyx[mkl]`` is installed (as
+PyTorch's CPU build does), else pocketfft through ``scipy.fft`` (single precision,
+``workers`` threads; see ``backends/cpu/kernels/fft.py``); the first line says which.
+``--pocketfft`` measures lazyx on pocketfft even where MKL is installed. NumPy's ``numpy.fft`` is pocketfft in double
 precision (its result is cast back to complex64, as a user keeping complex64 would);
 SciPy runs the same call lazyx makes; PyTorch and MLX their own CPU FFTs. Prints the
 fastest of the interleaved repeats in milliseconds (the machine may be shared) and
@@ -80,9 +82,14 @@ def check(peers, x: np.ndarray, name: str) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="less time per figure")
+    ap.add_argument("--pocketfft", action="store_true", help="lazyx on pocketfft, not MKL")
     args = ap.parse_args(argv)
     peers = load()
-    print(f"machine load before: {machine_load():.0%}; scipy.fft workers={WORKERS}")
+    from lazyx.backends.cpu.kernels import fft as cpu_fft
+    if args.pocketfft:
+        cpu_fft.LIBRARY = "pocketfft"
+    print(f"machine load before: {machine_load():.0%}; lazyx's CPU FFT: {cpu_fft.library()}; "
+          f"scipy.fft workers={WORKERS}")
     for title, (make, name) in CASES.items():
         x = make()
         check(peers, x, name)

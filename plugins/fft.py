@@ -19,8 +19,9 @@ The flow of a transform (``fft`` ... ``irfftn``):
    length is odd (its complex input's length ``n // 2 + 1`` leaves that open).
    Results are complex64, or float32 for ``irfft*``, whatever the input dtype.
 
-Kernels: pocketfft through ``scipy.fft`` on the CPU (multi-threaded over the
-transforms of a batch; ``lazyx.backends.cpu.kernels.fft``), cuFFT through
+Kernels: Intel MKL through ``mkl_fft`` on the CPU where ``lazyx[mkl]`` is installed,
+else pocketfft through ``scipy.fft`` (multi-threaded over the transforms of a batch;
+``lazyx.backends.cpu.kernels.fft``), cuFFT through
 ``cupy.fft`` on the GPU (``lazyx.backends.cuda.fft``).
 
 Gradients follow MLX's convention for complex arrays (the vjp is the adjoint, the

@@ -85,8 +85,8 @@ def test_a_bad_environment_is_an_error_not_a_traceback():
     env = dict(os.environ, LAZYX_DEFAULT_DEVICE="tpu")
     r = _lazyx("info", env=env)
     assert r.returncode == 1
-    assert r.stderr == ("lazyx: DeviceError: LAZYX_DEFAULT_DEVICE must be 'cpu' or 'gpu', "
-                        "got 'tpu'.\n")
+    assert r.stderr == ("lazyx: DeviceError: LAZYX_DEFAULT_DEVICE='tpu' is not accepted: set "
+                        "it to one of cpu, gpu, or unset it.\n")
     # --env still lists the variables, so the culprit can be found.
     r = _lazyx("info", "--env", env=env)
     assert r.returncode == 1

@@ -44,6 +44,7 @@ from lazyx import dtypes as _dt
 from lazyx import log as _log
 from lazyx.arguments import broadcast_shapes
 from lazyx.codegen import cpp, ir, jit
+from lazyx.environment import read_variable
 from lazyx.errors import KernelCompileError, KernelOutputError
 from lazyx.transforms.fusion import _expression, interpret
 
@@ -66,7 +67,7 @@ _LOOP_COST = 4
 
 #: Whether single element-wise ops on large arrays run generated kernels
 #: (``LAZYX_CPU_ELEMENTWISE=0``: never; read once, at import).
-ELEMENTWISE = os.environ.get("LAZYX_CPU_ELEMENTWISE", "1") != "0"
+ELEMENTWISE = read_variable("LAZYX_CPU_ELEMENTWISE") != "0"  # (checked: 0 or 1)
 #: The element count of an input from which a single element-wise op runs its generated
 #: kernel rather than NumPy's (see :func:`eager_kernel`; measured crossover, the
 #: benchmark is benchmarks/eager_large.py).
@@ -121,6 +122,7 @@ def kernel_for(program, scalar: tuple) -> _Kernel:
     k = _kernels.get(key)
     if k is None:
         source = cpp.render(program, scalar, jit.vector_math_header())
+        jit.prefetch_shim()  # the kernel's call needs the shim too: both compile at once
         k = _kernels[key] = _Kernel(jit.build(source))
     return k
 

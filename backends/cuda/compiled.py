@@ -35,7 +35,6 @@ machines without a GPU).
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -44,6 +43,7 @@ from lazyx.arguments import broadcast_shapes
 from lazyx.backends.cpu.compiled import (cached_layout, cached_program, compile_failed,
                                          contiguous_layout, runs_contiguous)
 from lazyx.codegen import cuda, ir
+from lazyx.environment import read_variable
 from lazyx.errors import KernelCompileError, KernelNotFoundError
 from lazyx.transforms.fusion import _expression, interpret
 
@@ -53,7 +53,7 @@ __all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "run_program", "stat
            "ELEMENTWISE"]
 
 #: Whether single element-wise ops run generated kernels (``LAZYX_CUDA_ELEMENTWISE=0``: no).
-ELEMENTWISE = os.environ.get("LAZYX_CUDA_ELEMENTWISE", "1") != "0"
+ELEMENTWISE = read_variable("LAZYX_CUDA_ELEMENTWISE") != "0"  # (checked: 0 or 1)
 
 #: Counters for tests and diagnostics: kernels compiled, launches of each kernel, and
 #: single-op calls that ran the CuPy kernel instead.

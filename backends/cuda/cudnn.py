@@ -34,6 +34,8 @@ import os
 
 import numpy as np
 
+from lazyx.environment import read_variable
+
 #: The element types cuDNN convolves, by dtype name -> cudnnDataType_t.
 DATA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 9}
 _HALF, _BFLOAT16 = DATA_TYPES["float16"], DATA_TYPES["bfloat16"]
@@ -222,6 +224,7 @@ class _GraphPlan:
         xs, ws, ys, dtype, pad, stride, dil, groups, flip = key
         data = _data_type(dtype)
         self.owned: list = []
+        self.packs: dict = {}
         try:
             self._build(lib, handle, xs, ws, ys, data, pad, stride, dil, flip)
         except CudnnError:
@@ -304,7 +307,23 @@ class _GraphPlan:
         finally:
             lib.cudnnBackendDestroyDescriptor(engine)
 
+    #: Variant packs kept per plan: a training loop's buffers come back from the memory
+    #: pool at the same addresses, so a call usually finds its pack (one execute, where a
+    #: new pack is five more calls into cuDNN).
+    PACKS = 8
+
     def run(self, lib, handle, x, w, y, space):
+        packs = self.packs
+        key = (x, w, y, space)
+        pack = packs.get(key)
+        if pack is None:
+            pack = self._pack(lib, x, w, y, space)
+            if len(packs) >= self.PACKS:  # the oldest goes
+                lib.cudnnBackendDestroyDescriptor(packs.pop(next(iter(packs))))
+            packs[key] = pack
+        _check(lib.cudnnBackendExecute(handle, self.plan, pack), "cudnnBackendExecute")
+
+    def _pack(self, lib, x, w, y, space):
         pack = ctypes.c_void_p()
         _check(lib.cudnnBackendCreateDescriptor(_B_PACK, ctypes.byref(pack)), "variant pack")
         try:
@@ -317,11 +336,15 @@ class _GraphPlan:
             _check(lib.cudnnBackendSetAttribute(pack, 1003, _T_VOID_PTR, ctypes.c_int64(1),
                                                 ctypes.byref(ws)), "variant pack workspace")
             _check(lib.cudnnBackendFinalize(pack), "variant pack")
-            _check(lib.cudnnBackendExecute(handle, self.plan, pack), "cudnnBackendExecute")
-        finally:
+        except CudnnError:
             lib.cudnnBackendDestroyDescriptor(pack)
+            raise
+        return pack
 
     def release(self, lib):
+        for pack in self.packs.values():
+            lib.cudnnBackendDestroyDescriptor(pack)
+        self.packs = {}
         for d in reversed(self.owned):
             lib.cudnnBackendDestroyDescriptor(d)
         self.owned = []
@@ -339,7 +362,7 @@ def _data_type(dtype) -> int:
 def _new_plan(lib, handle, key):
     """The backend API's plan, or the legacy API's where that one does not build
     (``LAZYX_CUDNN_LEGACY=1`` asks for the legacy one)."""
-    if os.environ.get("LAZYX_CUDNN_LEGACY") != "1":
+    if read_variable("LAZYX_CUDNN_LEGACY") != "1":
         try:
             return _GraphPlan(lib, handle, key)
         except CudnnError:
@@ -378,7 +401,23 @@ def convolution_forward(x, w, y, dtype, pad, stride, dil, groups: int, flip: boo
         if len(plans) >= 512:  # the oldest plan goes, with its descriptors
             plans.pop(next(iter(plans))).release(lib)
         plans[(device,) + key] = plan
-    space = cp.empty(plan.size, cp.uint8) if plan.size else None
-    _check(lib.cudnnSetStream(handle, ctypes.c_void_p(cp.cuda.get_current_stream().ptr)),
-           "cudnnSetStream")
-    plan.run(lib, handle, x.data.ptr, w.data.ptr, y.data.ptr, space.data.ptr if plan.size else 0)
+    stream = cp.cuda.get_current_stream().ptr
+    streams = _state.setdefault("streams", {})
+    if streams.get(device) != stream:  # the handle keeps the stream it was last given
+        _check(lib.cudnnSetStream(handle, ctypes.c_void_p(stream)), "cudnnSetStream")
+        streams[device] = stream
+    plan.run(lib, handle, x.data.ptr, w.data.ptr, y.data.ptr,
+             _workspace(device, stream, plan.size) if plan.size else 0)
+
+
+def _workspace(device: int, stream: int, size: int) -> int:
+    """The address of a workspace of ``size`` bytes for ``stream``: one buffer per stream,
+    grown as needed and reused by every call on it (work on one stream runs in order, so
+    a call never finds the buffer still in use by an earlier one)."""
+    import cupy as cp  # imported by the caller already
+
+    spaces = _state.setdefault("workspaces", {})
+    buf = spaces.get((device, stream))
+    if buf is None or buf.size < size:
+        buf = spaces[(device, stream)] = cp.empty(size, cp.uint8)
+    return buf.data.ptr

@@ -16,13 +16,13 @@ answers come from the backend that would run the work.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 from lazyx import device as lazyx_device
 from lazyx import memory
 from lazyx.backend import Backend
 from lazyx.device import DeviceType
+from lazyx.environment import read_variable
 from lazyx.errors import BackendError, DtypeError
 from lazyx.hookspecs import hookimpl
 
@@ -67,7 +67,7 @@ class MetalBackend(Backend):
     def _check(self) -> tuple[bool, str]:
         if self._availability is None:
             ok, why = availability()
-            if ok and os.environ.get("LAZYX_METAL", "") != "1":
+            if ok and read_variable("LAZYX_METAL") != "1":
                 # Only plugins' MSL kernels exist so far, so the GPU would fail on most
                 # ops: the backend (and with it the GPU as default device) is opt-in.
                 ok, why = False, ("the Metal backend runs plugin-registered MSL kernels only "

@@ -214,7 +214,7 @@ def _environment(w, rows) -> None:
         if e["value"] is None:
             w(f"  {e['name']} (unset; default: {e['default']})\n")
         else:
-            bad = "" if e["valid"] else f"  (NOT ACCEPTED: one of {', '.join(e['choices'])})"
+            bad = "" if e["valid"] else f"  (NOT ACCEPTED: {e['accepted']})"
             w(f"  {e['name']}={e['value']}{bad}\n")
 
 

@@ -12,12 +12,12 @@ default streams of its own (made on first use), and ``set_default_stream`` /
 
 from __future__ import annotations
 
-import os
 import platform
 import threading
 
 from .backend import backend_for
 from .device_types import Device, DeviceType, Stream
+from .environment import read_variable
 from .errors import DeviceError, DtypeError
 
 __all__ = [
@@ -100,10 +100,8 @@ def choose_default_device() -> Device:
     it on import): ``LAZYX_DEFAULT_DEVICE`` (``cpu`` or ``gpu``) if set, else the GPU
     when an available backend runs it (as MLX defaults to the GPU), else the CPU."""
     global _initial
-    env = os.environ.get("LAZYX_DEFAULT_DEVICE", "").strip().lower()
+    env = read_variable("LAZYX_DEFAULT_DEVICE", DeviceError)  # checked: cpu or gpu
     if env:
-        if env not in ("cpu", "gpu"):
-            raise DeviceError(f"LAZYX_DEFAULT_DEVICE must be 'cpu' or 'gpu', got {env!r}.")
         d = _CPU if env == "cpu" else _GPU
         _check_available(d)
     else:

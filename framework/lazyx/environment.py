@@ -1,24 +1,48 @@
-"""Every environment variable lazyx reads, as data.
+"""Every environment variable lazyx reads, as data, and the one function that reads
+and checks them.
 
-Each place that reads a variable reads it itself (once, where it is needed: at import,
-at the first compile, when the default device is chosen), so the hot path never looks
-here. This table is what the rest of lazyx says *about* those reads:
+Each place that reads a variable reads it once, where it is needed (at import, at the
+first compile, when the default device is chosen), so the hot path never looks here.
+The flow of a read:
+
+1. the site calls :func:`read_variable` with the variable's name (and, for an error,
+   the exception class its callers expect, e.g. ``DeviceError``);
+2. the value is checked against the variable's row in :data:`VARIABLES`: a choice
+   (``choices``: compared stripped and lower-cased) or a number (``number``: a
+   finite number >= 0); free text passes as it is;
+3. a value outside them is never ignored: the row's ``invalid`` says whether it is an
+   error (raised, :class:`EnvironmentVariableError` unless the site names a class) or
+   a ``RuntimeWarning`` pointing at the user's line, after which lazyx carries on as
+   if the variable were unset. Either message names the variable, the value and the
+   accepted values.
+
+The table is also what the rest of lazyx says *about* those reads:
 
 * ``lazyx info --env`` lists every variable with its current value
   (:func:`current`), and flags a value outside the accepted ones;
 * ``docs/environment.md`` holds :func:`markdown_table` verbatim;
 * ``tests/test_environment_variables.py`` parses every source file of
-  ``framework/``, ``backends/`` and ``plugins/`` for environment reads and fails when
-  one reads a variable missing here, or when ``read_in`` does not name exactly the
-  files that read it. So a new variable cannot go undocumented.
+  ``framework/``, ``backends/`` and ``plugins/`` for environment reads (``os.environ``
+  and :func:`read_variable`) and fails when one reads a variable missing here, when
+  ``read_in`` does not name exactly the files that read it, or when a variable with
+  accepted values is read around :func:`read_variable`. So a new variable cannot go
+  undocumented, nor a bad value unnoticed.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
-__all__ = ["EnvironmentVariable", "VARIABLES", "current", "markdown_table"]
+from .errors import LazyxError
+
+__all__ = ["EnvironmentVariable", "EnvironmentVariableError", "VARIABLES", "read_variable",
+           "current", "markdown_table"]
+
+
+class EnvironmentVariableError(LazyxError, ValueError):
+    """An environment variable lazyx reads has a value it does not accept."""
 
 
 class EnvironmentVariable(NamedTuple):
@@ -33,9 +57,16 @@ class EnvironmentVariable(NamedTuple):
     read_in: tuple[str, ...]
     #: The values it accepts, when it is a choice (None: free text, see ``meaning``).
     choices: tuple[str, ...] | None = None
+    #: When it is a number: what the number is, in words (e.g. "a size in MiB").
+    number: str | None = None
+    #: What a value outside ``choices``/``number`` is: ``"error"`` or ``"warning"``.
+    invalid: str = "error"
 
 
 _BACKEND = "framework/lazyx/backend.py"
+_SWITCH = ("1", "0", "true", "false", "yes", "no", "on", "off")
+#: The values of ``_SWITCH`` that turn a switch on.
+ON = ("1", "true", "yes", "on")
 _JIT = "framework/lazyx/codegen/jit.py"
 _REGISTRY = "framework/lazyx/registry.py"
 
@@ -68,9 +99,10 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         (_REGISTRY,)),
     EnvironmentVariable(
         "LAZYX_DISABLE_COMPILE", "unset: `compile` traces and fuses",
-        "`1` (any value but empty, `0`, `false`, `no`, `off`): functions made by "
-        "`lazyx.core.compile` just call the function, as after `disable_compile()`.",
-        ("framework/lazyx/transforms/compile.py",)),
+        "`1` (or `true`, `yes`, `on`): functions made by `lazyx.core.compile` just call "
+        "the function, as after `disable_compile()`; `0`, `false`, `no`, `off` compile. "
+        "Another value is a warning, and compile stays on.",
+        ("framework/lazyx/transforms/compile.py",), _SWITCH, invalid="warning"),
     EnvironmentVariable(
         "LAZYX_CACHE_DIR", "`$XDG_CACHE_HOME/lazyx/kernels`, else `~/.cache/lazyx/kernels`",
         "The folder of the compiled-kernel cache (`lazyx cache` shows it); when it is not "
@@ -85,14 +117,21 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "The kernel cache's size cap in MiB (fractions allowed); the least recently used "
         "kernels are removed beyond it. A value that is not a size is a "
         "`KernelCacheError`.",
-        (_JIT,)),
+        (_JIT,), number="a size in MiB (e.g. 1024)"),
     EnvironmentVariable(
         "LAZYX_LOG", "unset: only long work (a C++ build) prints one `lazyx: ...` line, "
         "unless the application configured `logging`",
         "Attaches a stderr handler at this level to the `lazyx` logger when `lazyx` is "
         "imported: `info` shows what is built and when, `debug` each build and its time, "
         "`warning` silences the build line. Any other value is a warning naming these.",
-        ("framework/lazyx/__init__.py", "framework/lazyx/log.py"), ("debug", "info", "warning")),
+        ("framework/lazyx/__init__.py", "framework/lazyx/log.py"), ("debug", "info", "warning"),
+        invalid="warning"),
+    EnvironmentVariable(
+        "PYTHONPATH", "Python's",
+        "Read by lazyx's pytest plugin only: during a test session it puts the "
+        "`lazyx_plugin_path` folders (the test-only plugin packages) in front, so that "
+        "subprocesses of the tests see them too, and restores it afterwards.",
+        ("framework/lazyx/testing/pytest_plugin.py",)),
     EnvironmentVariable(
         "CXX", "the first of the usual C++ compilers found on `PATH`",
         "The C++ compiler (with flags, e.g. `g++ -DLAZYX_SOFT_HALF`) for compiled "
@@ -101,37 +140,91 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
     EnvironmentVariable(
         "LAZYX_CPU_ELEMENTWISE", "1",
         "`0`: single element-wise ops on large CPU arrays always run NumPy, never a "
-        "generated kernel. Read once, at import.",
-        ("backends/cpu/compiled.py",), ("0", "1")),
+        "generated kernel. Read once, at import; another value is a warning (then `1`).",
+        ("backends/cpu/compiled.py",), ("0", "1"), invalid="warning"),
+    EnvironmentVariable(
+        "LAZYX_CPU_FFT", "`auto`: Intel MKL where `mkl_fft` is installed (`lazyx[mkl]`), "
+        "else pocketfft",
+        "The library of the CPU's FFTs: `mkl` (an error at the first transform when "
+        "`mkl_fft` is missing) or `pocketfft` (SciPy's). Read once, at import of the CPU "
+        "FFT kernels; another value is an error.",
+        ("backends/cpu/kernels/fft.py",), ("auto", "mkl", "pocketfft")),
     EnvironmentVariable(
         "LAZYX_CUDA_ELEMENTWISE", "1",
         "`0`: single element-wise ops on the GPU run CuPy's kernels, never a generated "
-        "one. Read once, at import.",
-        ("backends/cuda/compiled.py",), ("0", "1")),
+        "one. Read once, at import; another value is a warning (then `1`).",
+        ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_CUDNN_LEGACY", "unset: cuDNN's graph (backend) API",
-        "`1`: convolutions use cuDNN's legacy API instead of its graph API.",
-        ("backends/cuda/cudnn.py",), ("0", "1")),
+        "`1`: convolutions use cuDNN's legacy API instead of its graph API; another "
+        "value is a warning (then `0`).",
+        ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_METAL", "unset: the Metal backend is off",
         "`1`: enable the Metal backend on a Mac (it runs plugins' MSL kernels only, so "
-        "it is opt-in).",
-        ("backends/metal/__init__.py",), ("0", "1")),
+        "it is opt-in); another value is a warning (then `0`).",
+        ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
 ]}
 
 
+def _accepted(v: EnvironmentVariable) -> str:
+    """The values ``v`` accepts, in words."""
+    if v.choices:
+        return "one of " + ", ".join(v.choices)
+    return v.number or "any text"
+
+
+def _valid(v: EnvironmentVariable, text: str) -> bool:
+    if v.choices is not None:
+        return text.lower() in v.choices
+    if v.number is not None:
+        try:
+            x = float(text)
+        except ValueError:
+            return False
+        return x >= 0 and math.isfinite(x)
+    return True
+
+
+def read_variable(name: str, error: type[Exception] | None = None, environ=None):
+    """The value of the environment variable ``name`` (a row of :data:`VARIABLES`),
+    checked: None when unset or blank; a choice lower-cased; a number as a float;
+    free text stripped.
+
+    A value the row does not accept is an error (``error``, by default
+    :class:`EnvironmentVariableError`) or, for a row whose ``invalid`` is
+    ``"warning"``, a ``RuntimeWarning`` naming the user's line, and then None (as if
+    unset). Both name the variable, the value and the accepted values.
+    """
+    v = VARIABLES[name]
+    text = (os.environ if environ is None else environ).get(name, "").strip()
+    if not text:
+        return None
+    if _valid(v, text):
+        if v.choices is not None:
+            return text.lower()
+        return float(text) if v.number is not None else text
+    message = f"{name}={text!r} is not accepted: set it to {_accepted(v)}, or unset it"
+    if v.invalid == "warning":
+        from .log import warn  # only for a bad value (start-up: logging loads on demand)
+        warn(f"{message}; lazyx carries on as if it were unset.", RuntimeWarning)
+        return None
+    raise (error or EnvironmentVariableError)(message + ".")
+
+
 def current(environ=None) -> list[dict]:
-    """Each variable's current value: ``[{"name", "value", "default", "valid"}]`` in the
-    table's order; ``value`` is None when unset, ``valid`` False when the variable is a
-    choice and the value is not one of ``choices``."""
+    """Each variable's current value: ``[{"name", "value", "default", "valid", "choices",
+    "accepted"}]`` in the table's order; ``value`` is None when unset, ``valid`` False
+    when the value is not one :func:`read_variable` accepts, ``accepted`` says in words
+    what it accepts."""
     environ = os.environ if environ is None else environ
     rows = []
     for v in VARIABLES.values():
         value = environ.get(v.name)
-        valid = (value is None or value == "" or v.choices is None
-                 or value.strip().lower() in v.choices)
+        valid = value is None or not value.strip() or _valid(v, value.strip())
         rows.append({"name": v.name, "value": value, "default": v.default, "valid": valid,
-                     "choices": list(v.choices) if v.choices else None})
+                     "choices": list(v.choices) if v.choices else None,
+                     "accepted": _accepted(v)})
     return rows
 
 
@@ -139,7 +232,8 @@ def markdown_table() -> str:
     """The table of ``docs/environment.md`` (a test checks the page holds exactly this)."""
     lines = ["| Variable | Default | What it does | Read in |", "|---|---|---|---|"]
     for v in VARIABLES.values():
-        accepted = f" Accepted: {', '.join(f'`{c}`' for c in v.choices)}." if v.choices else ""
+        accepted = (f" Accepted: {', '.join(f'`{c}`' for c in v.choices)}." if v.choices
+                    else f" Accepted: {v.number}." if v.number else "")
         where = "<br>".join(f"`{p}`" for p in v.read_in)
         lines.append(f"| `{v.name}` | {v.default} | {v.meaning}{accepted} | {where} |")
     return "\n".join(lines) + "\n"

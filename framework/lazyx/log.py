@@ -29,7 +29,6 @@ led to it however deep inside lazyx it was raised.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import warnings
 
@@ -51,15 +50,12 @@ def configure(value: str | None = None) -> None:
     that level. Called by ``import lazyx`` when the variable is set; again, it only
     changes the level of the handler it attached the first time."""
     global _handler
-    text = (os.environ.get("LAZYX_LOG", "") if value is None else value).strip()
+    from .environment import read_variable  # (imported with logging: LAZYX_LOG is set)
+    # A value lazyx does not accept is a warning there, naming these levels.
+    text = read_variable("LAZYX_LOG", environ=None if value is None else {"LAZYX_LOG": value})
     if not text:
         return
-    level = LEVELS.get(text.lower())
-    if level is None:
-        warn(f"LAZYX_LOG={text!r} is not a log level: set it to one of "
-             f"{', '.join(LEVELS)} (or unset it); lazyx logs as if it were unset.",
-             RuntimeWarning)
-        return
+    level = LEVELS[text]
     if _handler is None:
         _handler = logging.StreamHandler(sys.stderr)
         _handler.setFormatter(logging.Formatter(_FORMAT))

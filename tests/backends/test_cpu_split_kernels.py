@@ -14,7 +14,9 @@ from lazyx.errors import LinAlgError
 
 @pytest.fixture(params=[2, 3, 4])
 def workers(request, monkeypatch):
-    """The kernels' thread counts set to ``request.param`` (fresh pools)."""
+    """The kernels' thread counts set to ``request.param`` (fresh pools), the FFTs on
+    pocketfft (MKL, where installed, splits a long transform itself)."""
+    monkeypatch.setattr(kfft, "LIBRARY", "pocketfft")
     for mod in (kfft, klinalg):
         monkeypatch.setattr(mod, "WORKERS", request.param)
         monkeypatch.setattr(mod, "_pool", [])

@@ -18,7 +18,8 @@ from helpers import assert_close, rng, to_lazyx
 def counting():
     info = registry.plugins.get("counting")
     assert info is not None, ("the counting backend is not installed: "
-                              "pip install ./tests/plugin_packages/lazyx-countingbackend")
+                              "pip install --no-deps --upgrade --target build/test-plugins "
+                              "./tests/plugin_packages/*")
     with mx.use_backend("cpu", "counting") as b:
         b.reset()
         yield b

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -91,8 +90,8 @@ def test_a_bad_lazyx_log_warns_at_the_import_naming_the_accepted_values(tmp_path
     r = subprocess.run([sys.executable, "-W", "always", str(script)], env=env, cwd=TESTS,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
-    assert f"{script}:2: RuntimeWarning: LAZYX_LOG='loud' is not a log level" in r.stderr
-    assert "debug, info, warning" in r.stderr
+    assert f"{script}:2: RuntimeWarning: LAZYX_LOG='loud' is not accepted" in r.stderr
+    assert "one of debug, info, warning" in r.stderr
 
 
 def test_configure_sets_one_handler_and_its_level(monkeypatch):
@@ -180,6 +179,7 @@ def test_a_compiler_that_fails_every_build_is_reported_as_failing(monkeypatch, t
 def test_the_precompiled_header_builds_in_the_background(cold, caplog):
     if not jit._is_gcc(jit.compiler()):
         pytest.skip("precompiled headers are GCC's")
+    jit.shim()  # (a kernel's build also builds the call shim when missing: not counted here)
     caplog.set_level(logging.DEBUG, logger="lazyx")
     tag = time.time_ns()
     preamble = f"#include <cstdint>\n// test preamble {tag}\n" + jit.PREAMBLE_END

@@ -5,8 +5,10 @@ written with core ops) eagerly and compiled with captured state, in a child
 process (the test runner's own memory moves with every other test), and reports
 lazyx's active memory, the process's RSS and Python's allocated blocks after the
 warm-up (step 500) and at the end. None may grow by more than noise; the same run
-keeping one 0-d array per step must be caught by each figure, which shows that the
-tolerances are tight enough to see the smallest leak of one array per step.
+keeping one 0-d array per step must be caught by lazyx's active memory and by Python's
+blocks, which shows that those tolerances are tight enough to see the smallest leak of
+one array per step (RSS usually sees it too, but pages the allocator freed during the
+warm-up can absorb it).
 """
 
 import json
@@ -56,4 +58,6 @@ def test_active_memory_rss_and_python_objects_stay_flat_eager_and_compiled():
         assert all(grew[k] <= TOLERANCE[k] for k in TOLERANCE), (mode, grew, runs[mode])
         assert runs[mode]["loss"] < 0.5 * runs[mode]["first_loss"], runs[mode]  # it trains
     grew = growth(leak)
-    assert all(grew[k] > TOLERANCE[k] for k in TOLERANCE), ("a leak went unseen", grew)
+    # RSS is not asked to see the leak: the allocator may serve it from pages freed during
+    # the warm-up (seen on a loaded machine: 56 KiB of RSS for 3,000 kept arrays).
+    assert all(grew[k] > TOLERANCE[k] for k in ("active", "blocks")), ("a leak went unseen", grew)

@@ -1,8 +1,9 @@
 """Plugin discovery through real entry points.
 
 The test pack ``tests/plugin_packages/lazyx-testpack`` is pip-installed by the
-test command; broken and conflicting plugins are real distributions laid out as
-``*.dist-info`` folders on ``PYTHONPATH`` of a subprocess. No plugin can break
+test command into ``build/test-plugins``, which only the test session sees; broken
+and conflicting plugins are real distributions laid out as ``*.dist-info`` folders on
+``PYTHONPATH`` of a subprocess. No plugin can break
 ``import lazyx.core`` or take a built-in's name: each way of trying is one of them.
 """
 
@@ -35,7 +36,8 @@ def test_builtin_packs_come_from_lazyx_entry_points():
 def test_installed_test_pack_is_found_by_its_entry_point():
     info = registry.plugins.get("testpack")
     assert info is not None, ("the test pack is not installed: "
-                              "pip install ./tests/plugin_packages/lazyx-testpack")
+                              "pip install --no-deps --upgrade --target build/test-plugins "
+                              "./tests/plugin_packages/*")
     assert info.distribution == "lazyx-testpack" and info.version == "0.3.1"
     import lazyx_testpack
     assert lazyx_testpack.Cube in registry.primitives

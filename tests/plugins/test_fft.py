@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
+from lazyx.backends.cpu.kernels import fft as cpu_fft
 from helpers import (ALL_DTYPES, assert_close, check_jvp_vjp, check_op, check_vjp_fd,
                      check_vmap_loop, random_array, rng, to_lazyx)
 from lazyx.errors import ArgumentError, AxisError, DtypeError, LazyxError, ShapeError
@@ -15,6 +16,15 @@ from lazyx.errors import ArgumentError, AxisError, DtypeError, LazyxError, Shape
 TOL = {"rtol": 1e-4, "atol": 2e-4}
 C64 = mx.complex64
 F32 = mx.float32
+
+
+@pytest.fixture(autouse=True, params=["pocketfft", "mkl"])
+def cpu_library(request, monkeypatch):
+    """Every test on both CPU libraries: pocketfft, and MKL where ``mkl_fft`` is installed."""
+    if request.param == "mkl":
+        pytest.importorskip("mkl_fft")
+    monkeypatch.setattr(cpu_fft, "LIBRARY", request.param)
+    return request.param
 
 
 def _data(shape, complex_, seed=0):
@@ -96,6 +106,27 @@ def test_a_batch_of_many_transforms():
     x = _data((64, 3, 128), True, seed=5)
     _check("fft", x, C64, axis=-1)
     _check("rfft2", x.real.copy(), C64, axes=(0, 2))
+
+
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+@pytest.mark.parametrize("name,axes", [("fftn", (1,)), ("ifftn", (0, 2)), ("rfftn", (2,)),
+                                       ("irfftn", (1, 2)), ("ifftn", (0, 1, 2))])
+def test_normalisation_over_some_of_the_axes(name, axes, norm, cpu_library):
+    # The scale is the size of the transformed axes only (mkl_fft 2.3 by itself scales
+    # ortho and forward by every axis's size: the kernel corrects it).
+    x = _data((3, 5, 8), name != "rfftn", seed=9)
+    _check(name, x, F32 if name == "irfftn" else C64, axes=axes, norm=norm)
+    assert cpu_fft.library() == cpu_library
+
+
+def test_a_library_that_is_not_there_or_unknown_is_an_error(monkeypatch):
+    monkeypatch.setattr(cpu_fft, "LIBRARY", "fftw")
+    with pytest.raises(ValueError, match="LIBRARY.*'fftw'.*'pocketfft'"):
+        cpu_fft.library()
+    monkeypatch.setattr(cpu_fft, "LIBRARY", "mkl")
+    monkeypatch.setattr(cpu_fft, "_mkl_fft", [None])
+    with pytest.raises(ImportError, match=r"lazyx\[mkl\]"):
+        cpu_fft.library()
 
 
 def test_empty_batch():
@@ -231,3 +262,23 @@ def test_bad_input_raises_a_clear_error(call, error, builtin, words):
     assert isinstance(info.value, builtin)
     for w in words:
         assert w in str(info.value), f"{w!r} not in {info.value}"
+
+
+@pytest.mark.parametrize("value,want", [("pocketfft", "pocketfft"), ("POCKETFFT", "pocketfft"),
+                                        ("fftw", "EnvironmentVariableError")])
+def test_the_library_is_chosen_by_lazyx_cpu_fft(value, want):
+    import os
+    import subprocess
+    import sys
+    code = ("try:\n"
+            "    import lazyx.core as mx, numpy as np\n"
+            "    from lazyx.backends.cpu.kernels import fft as k\n"
+            "    assert np.allclose(np.asarray(mx.fft.fft(mx.ones(4))), [4, 0, 0, 0])\n"
+            "    print(k.library())\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, LAZYX_CPU_FFT=value), timeout=120)
+    assert out.stdout.split()[0] == want, out.stdout + out.stderr[-2000:]
+    if want != "pocketfft":
+        assert "LAZYX_CPU_FFT='fftw'" in out.stdout and "pocketfft" in out.stdout

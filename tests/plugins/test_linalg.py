@@ -96,6 +96,27 @@ def test_cholesky_and_cholesky_inv(upper):
     _close(L.cholesky(to_lazyx(s0), upper=upper), L.cholesky(to_lazyx(s[0]), upper=upper))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,n", [(7, 5), (5, 7), (3, 3), (5, 5), (1, 3)])
+def test_every_matrix_of_a_batch_of_odd_sizes(m, n, dtype):
+    # Matrices of a float32 batch start at addresses SciPy's LAPACK wrappers take as
+    # misaligned: they then factor a copy, and the kernels must use what they return.
+    a = GEN.standard_normal((3, m, n)).astype(dtype)
+    q, r = L.qr(mx.array(a))
+    want_q, want_r = np.linalg.qr(a.astype(np.float64))
+    assert_close(q, want_q, rtol=1e-4, atol=1e-4)
+    assert_close(r, want_r, rtol=1e-4, atol=1e-4)
+    if m == n:
+        sq = (a + 4 * np.eye(n)).astype(dtype)
+        spd = (sq @ np.swapaxes(sq, -1, -2) + np.eye(n)).astype(dtype)
+        b = GEN.standard_normal((3, n, 2)).astype(dtype)
+        assert_close(L.inv(mx.array(sq)), np.linalg.inv(sq.astype(np.float64)), rtol=1e-4, atol=1e-4)
+        assert_close(L.cholesky(mx.array(spd)), np.linalg.cholesky(spd.astype(np.float64)),
+                     rtol=1e-4, atol=1e-4)
+        assert_close(L.solve(mx.array(sq), mx.array(b)),
+                     np.linalg.solve(sq.astype(np.float64), b), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 4, 3)])
 def test_qr_svd_lu_shapes_and_reconstruction(shape):
     a = GEN.standard_normal(shape)

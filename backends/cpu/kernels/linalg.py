@@ -6,11 +6,13 @@ LAPACK wrappers (``scipy.linalg.lapack``) directly, one matrix at a time, on mem
 the kernel owns: a C-ordered matrix is its transpose in Fortran order, so LAPACK works
 on ``A^T`` in place where the algebra allows (``inv(A^T)^T = inv(A)``, ``A = L L^H``
 from the upper factor of ``A^T``, the SVD of ``A^T`` transposed back) and the only
-copy is the one LAPACK must overwrite (``qr`` and ``solve`` copy into Fortran order). That skips
+copy is the one LAPACK must overwrite (``qr`` copies into Fortran order, ``solve`` factors ``A^T``). That skips
 ``numpy.linalg``'s copies into and out of Fortran order and SciPy's input checks;
 ``numpy.linalg``'s batched gufuncs serve the rest (eigen-decompositions, determinants,
 pseudo-inverse). They run on the calling thread with the BLAS/LAPACK SciPy links,
-multi-threaded as its own calls are.
+multi-threaded as its own calls are. Where ``lazyx[mkl]`` is installed, the real ``qr``
+of a matrix from :data:`MKL_QR_MIN` rows and columns runs on MKL's LAPACK instead
+(:func:`_qr_mkl`): OpenBLAS carries reference LAPACK's Householder QR, MKL a faster one.
 
 A failed factorization (a singular matrix to invert or solve with, a matrix that is
 not positive definite, an SVD that does not converge) raises
@@ -151,6 +153,14 @@ def per_matrix(fn, a, *more, xp=np):
     return xp.stack(outs).reshape(batch + outs[0].shape)
 
 
+def _keep(place, got) -> None:
+    """``got`` into ``place``, where a wrapper asked to overwrite ``place`` returned a
+    copy instead (SciPy's wrappers copy a matrix of a batch whose address they deem
+    misaligned): in place, nothing to do."""
+    if not np.shares_memory(place, got):
+        place[...] = got
+
+
 def _inverse(p, ins):
     a = ins[0]
     if p.structure != "general":
@@ -163,9 +173,10 @@ def _inverse(p, ins):
     for m, x in zip(_matrices(np.ascontiguousarray(a)), _matrices(out)):
         # m.T is A^T in Fortran order: solving A^T X = I in place of x.T leaves
         # X^T = inv(A) in x, C order (gesv's blocked solves beat getri's inversion).
-        _, _, _, info = gesv(m.T, x.T, overwrite_b=True)
+        _, _, got, info = gesv(m.T, x.T, overwrite_b=True)
         if info > 0:
             raise _failed(p, a, "The matrix is singular and has no inverse")
+        _keep(x.T, got)
     return out
 
 
@@ -193,9 +204,10 @@ def _cholesky(p, ins):
         # A^T's upper triangle is A's lower one (upper=False, as NumPy and MLX read it),
         # and its upper factor U' (A^T = U'^H U') is L^T in Fortran order: L in C order.
         # upper=True is the same with the triangles swapped.
-        _, info = potrf(m.T, lower=p.upper, clean=True, overwrite_a=True)
+        got, info = potrf(m.T, lower=p.upper, clean=True, overwrite_a=True)
         if info > 0:
             raise _failed(p, a, "The matrix is not positive definite")
+        _keep(m.T, got)
     return out
 
 
@@ -205,6 +217,8 @@ def _qr(p, ins):
     k = min(m, n)
     if a.size == 0:
         return np.empty((*batch, m, k), a.dtype), np.empty((*batch, k, n), a.dtype)
+    if k >= MKL_QR_MIN and a.dtype.kind == "f" and _mkl_lapack("gelqf", a.dtype) is not None:
+        return _qr_mkl(a, m, n, k)
     # Each matrix in Fortran order (C order of A^T): geqrf packs R and the reflectors
     # there, orgqr turns the first K columns into Q in place.
     f = np.swapaxes(a, -1, -2).copy()
@@ -212,12 +226,89 @@ def _qr(p, ins):
     geqrf, orgqr = _lapack("geqrf", f), _lapack("orgqr", f)
     work = _lwork("geqrf_lwork", f, m, n)  # n * block size: enough for orgqr's k columns too
     upper = _upper_mask(k, n)
-    for x, ri in zip(_matrices(f), _matrices(r)):
+    q = np.empty((*batch, m, k), a.dtype)
+    for x, ri, qi in zip(_matrices(f), _matrices(r), _matrices(q)):
+        # The results as returned: SciPy's wrappers work on a copy (not in place) when a
+        # matrix of the batch starts at an address they deem misaligned.
         h, tau, _, _ = geqrf(x.T, lwork=work, overwrite_a=True)
         np.copyto(ri, h[:k], where=upper)  # R: its triangle into zeros, in one pass
-        orgqr(h[:, :k], tau, lwork=work, overwrite_a=True)
-    q = np.swapaxes(f, -1, -2)[..., :k]
-    return np.ascontiguousarray(q), r
+        qi[...], _, _ = orgqr(h[:, :k], tau, lwork=work, overwrite_a=True)
+    return q, r
+
+
+#: The smallest ``min(M, N)`` whose QR goes to MKL: below it, MKL's threads cost more
+#: than its blocked QR saves (a batch of 64x64 matrices is faster on OpenBLAS).
+MKL_QR_MIN = 128
+
+#: Intel MKL's runtime library (``libmkl_rt``, the ``mkl`` package that ``lazyx[mkl]``
+#: installs), loaded on first use; [None] where it is not installed.
+_mkl_rt: list = []
+
+
+def _mkl_lapack(name: str, dtype):
+    """MKL's LAPACK routine ``name`` for ``dtype`` as a ctypes function (every argument
+    a pointer; ctypes lets go of the GIL), or None without MKL. MKL's Householder QR
+    runs 1.5x faster than the reference-LAPACK one SciPy's OpenBLAS carries (512x512,
+    benchmarks/linalg.py), so ``qr`` takes it where it is installed."""
+    if not _mkl_rt:
+        _mkl_rt.append(_load_mkl())
+    lib = _mkl_rt[0]
+    return None if lib is None else getattr(lib, _PREFIX[dtype.char] + name + "_", None)
+
+
+def _load_mkl():
+    import ctypes  # only with MKL's QR: the first qr pays the import
+    from importlib import metadata
+    try:
+        files = metadata.distribution("mkl").files or ()
+    except metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name.startswith("libmkl_rt.so") or f.name == "mkl_rt.2.dll":
+            try:
+                return ctypes.CDLL(str(f.locate()))
+            except OSError:
+                return None
+    return None
+
+
+def _qr_mkl(a, m: int, n: int, k: int):
+    """The reduced QR of each real matrix through MKL, with no transposing copy: a
+    C-ordered copy of ``A`` is ``A^T`` in Fortran order, whose LQ factorization
+    ``A^T = L Q'`` (``gelqf``) is ``A = Q'^T L^T`` -- the same Householder reflectors
+    as ``geqrf`` on ``A``, so the same signs. ``R = L^T`` is then the C order of the
+    buffer's upper part, and ``orglq`` leaves ``Q'`` (``k`` rows, Fortran order) there:
+    ``Q = Q'^T``, the buffer's first ``k`` columns in C order."""
+    import ctypes  # loaded by _mkl_lapack
+
+    gelqf, orglq = _mkl_lapack("gelqf", a.dtype), _mkl_lapack("orglq", a.dtype)
+    c = np.array(a, order="C")
+    cs = _matrices(c)
+    batch = a.shape[:-2]
+    q = np.empty((*batch, m, k), a.dtype)
+    r = np.zeros((*batch, k, n), a.dtype)
+    ref, ptr, I = ctypes.byref, ctypes.c_void_p, ctypes.c_int
+    rows, cols, kk, info = I(n), I(m), I(k), I(0)
+    tau = np.empty(k, a.dtype)
+    lwork = _workspaces.get(("mkl-lq", a.dtype.char, m, n))
+    if lwork is None:
+        query = np.empty(2, a.dtype)
+        gelqf(ref(rows), ref(cols), ptr(cs.ctypes.data), ref(rows), ptr(tau.ctypes.data),
+              ptr(query.ctypes.data), ref(I(-1)), ref(info))
+        orglq(ref(kk), ref(cols), ref(kk), ptr(cs.ctypes.data), ref(rows),
+              ptr(tau.ctypes.data), ptr(query[1:].ctypes.data), ref(I(-1)), ref(info))
+        lwork = _workspaces[("mkl-lq", a.dtype.char, m, n)] = max(1, int(query.max()))
+    work = np.empty(lwork, a.dtype)
+    lw = I(lwork)
+    upper = _upper_mask(k, n)
+    for x, ri, qi in zip(cs, _matrices(r), _matrices(q)):
+        gelqf(ref(rows), ref(cols), ptr(x.ctypes.data), ref(rows), ptr(tau.ctypes.data),
+              ptr(work.ctypes.data), ref(lw), ref(info))
+        np.copyto(ri, x[:k], where=upper)  # L^T: the buffer's upper part, row by row
+        orglq(ref(kk), ref(cols), ref(kk), ptr(x.ctypes.data), ref(rows),
+              ptr(tau.ctypes.data), ptr(work.ctypes.data), ref(lw), ref(info))
+        qi[...] = x[:, :k]
+    return q, r
 
 
 def _upper_mask(k: int, n: int):
@@ -412,15 +503,18 @@ def _solve(p, ins):
     a, b = broadcast_batches(*ins)
     if b.size == 0:
         return np.empty(b.shape, b.dtype)
-    # A and B in Fortran order (C order of their transposes), which gesv overwrites
-    # with the LU factors and the solution.
-    lu, x = np.swapaxes(a, -1, -2).copy(), np.swapaxes(b, -1, -2).copy()
-    gesv = _lapack("gesv", lu)
-    for m, y in zip(_matrices(lu), _matrices(x)):
-        _, _, _, info = gesv(m.T, y.T, overwrite_a=True, overwrite_b=True)
+    # A C-ordered copy of A is A^T in Fortran order: getrf factors it in place, and
+    # getrs solves (A^T)^T X = B with it. A plain copy is a memcpy, where copying A into
+    # Fortran order is a transpose as slow as a fifth of the factorization.
+    lu = np.array(a, order="C")
+    x = np.empty(b.shape, b.dtype)
+    getrf, getrs = _lapack("getrf", lu), _lapack("getrs", lu)
+    for m, y, out in zip(_matrices(lu), _matrices(b), _matrices(x)):
+        f, piv, info = getrf(m.T, overwrite_a=True)
         if info > 0:
             raise _failed(p, a, "The matrix is singular: the system has no unique solution")
-    return np.ascontiguousarray(np.swapaxes(x, -1, -2))
+        out[...], _ = getrs(f, piv, y, trans=1)
+    return x
 
 
 def _solve_triangular(p, ins):

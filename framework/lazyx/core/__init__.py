@@ -39,7 +39,9 @@ from ..transforms.compile import compile, disable_compile, enable_compile
 from ..export import FunctionExporter, export_function, exporter, import_function
 from ..transforms.vmap import vmap
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+# (Identifiers only: pytest's assertion rewriting adds "@py_builtins" to the modules of a
+# distribution that registers a pytest plugin, as lazyx does.)
+__all__ = [n for n in dir() if n.isidentifier() and not n.startswith("_")]
 
 from .. import registry as _registry  # noqa: E402
 

@@ -39,6 +39,7 @@ TOLERANCES = {
 
 
 def rng(seed: int = 0) -> np.random.Generator:
+    """A NumPy random generator seeded with ``seed``, so a test's data is the same every run."""
     return np.random.default_rng(seed)
 
 

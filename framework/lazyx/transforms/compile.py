@@ -70,7 +70,6 @@ from __future__ import annotations
 import builtins
 import functools
 import itertools
-import os
 import sys
 
 import numpy as np
@@ -79,6 +78,8 @@ from ..device import _state as _device_state
 from ..device import current_stream
 from .. import backend as _backend
 from .. import dtypes as _dt
+from .. import environment as _environment
+from ..environment import read_variable
 from .. import scheduler as _scheduler
 from ..array import array, lazy, lazy_multi
 from ..device import to_stream
@@ -109,8 +110,7 @@ class _Settings:
     __slots__ = ("enabled", "tracing")
 
     def __init__(self):
-        self.enabled = os.environ.get("LAZYX_DISABLE_COMPILE", "").strip().lower() \
-            in ("", "0", "false", "no", "off")
+        self.enabled = read_variable("LAZYX_DISABLE_COMPILE") not in _environment.ON
         self.tracing = 0  # how many compile traces are running
 
 
@@ -570,6 +570,8 @@ class _ShapeOnly:
 class _Entry:
     """One traced signature of a compiled function: its tape, plan and output layout."""
 
+    label = "a compiled function"  # ``compile(<name>)``, set by _trace
+
     def __init__(self, tape: Tape, run_tape: Tape, out_def, out_template, n_returned: int,
                  state_paths: list, state_defs: list):
         self.tape = tape            # simplified, unfused (what transforms inline)
@@ -660,6 +662,7 @@ class _Entry:
                             full[i] = x
                         return inline(full)
                     return walk(f, [primals[i] for i in argnums], seeds)[1]
+            fn.__qualname__ = f"{rule} of {self.label}"  # (named in its build line)
             fn = self._derived[key] = compile(fn)
         return fn
 
@@ -747,6 +750,10 @@ class CompiledCall(Primitive):
             t = _backend.dispatch_tables()
         if e._tables is not t[0] or e._checked is not _scheduler.check_shape_rules:
             e.rebuild(t[0])
+            # The first run after a trace builds the kernels: their line names the function.
+            from ..codegen import jit  # cold path only (start-up: jit loads on first build)
+            with jit.building_for(e.label):
+                return self.eval_cpu(inputs)
         ins = self._ins
         if ins is None or _scheduler.retain_graph.depth:
             return e._runner(inputs, ())
@@ -1032,6 +1039,8 @@ def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
     run_tape = simplify(_build(roots, handles, shapeless, True)) if tape.custom else _copy(tape)
     run_tape = _fuse(run_tape)
     entry = _Entry(tape, run_tape, out_def, template, len(returned), state_paths, state_defs)
+    name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
+    entry.label = f"compile({name or type(fun).__name__})"  # what its C++ build announces
     return entry
 
 

@@ -167,7 +167,7 @@ class TransformerEncoder(Module):
 
 class TransformerDecoderLayer(Module):
     r"""One decoder layer: masked self-attention, cross-attention over ``memory``, then an
-    MLP, each with a residual connection, a ``LayerNorm`` (``ln1 .. ln3``) and dropout.
+    MLP, each with a residual connection, a ``LayerNorm`` (``ln1`` to ``ln3``) and dropout.
     Arguments as :class:`TransformerEncoderLayer`. Call as
     ``layer(x, memory, x_mask, memory_mask)``.
     """
