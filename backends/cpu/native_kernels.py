@@ -14,7 +14,6 @@ import sys
 import numpy as np
 
 from lazyx.array import array
-from lazyx.dtypes import bfloat16
 
 _f32 = np.dtype(np.float32)
 _u16 = np.dtype(np.uint16)
@@ -72,14 +71,14 @@ def _row_length(shape: tuple, axes: tuple) -> int:
 
 
 def _row_kernel(by_dtype: dict, reference, reduces: bool):
-    """A kernel running ``by_dtype[x.dtype](x, out, n)`` on C-contiguous rows.
+    """A kernel running ``by_dtype[x.dtype.name](x, out, n)`` on C-contiguous rows.
 
-    ``by_dtype`` maps a NumPy dtype to (native function, view dtype or None).
+    ``by_dtype`` maps a NumPy dtype's name to (native function, view dtype or None).
     ``reduces``: the output has one element per row (shape from keepdims).
     """
     def kernel(prim, inputs):
         x = inputs[0]
-        entry = by_dtype.get(x.dtype)
+        entry = by_dtype.get(x.dtype.name)
         if entry is None or not x.flags.c_contiguous or x.size == 0:
             return reference(prim, inputs)
         shape = x.shape
@@ -110,7 +109,8 @@ def _reduce_kernel(native_by_op: dict, reference):
     (no keyword-argument dispatch) to 4M (two threads, one pass, at the speed of
     the cache or memory holding the input). max and min propagate NaN, as NumPy's.
     """
-    rows = {op: _row_kernel({_f32: (fn, None)}, reference, reduces=True) for op, fn in native_by_op.items()}
+    rows = {op: _row_kernel({"float32": (fn, None)}, reference, reduces=True)
+            for op, fn in native_by_op.items()}
 
     def kernel(prim, inputs):
         k = rows.get(prim.op)
@@ -140,9 +140,11 @@ def kernels(native) -> dict:
     reference = numpy_kernels()
 
     def per_dtype(prefix):
-        return {_f32: (getattr(native, f"{prefix}_float32"), None),
-                np.dtype(np.float16): (getattr(native, f"{prefix}_float16"), _u16),
-                bfloat16.np: (getattr(native, f"{prefix}_bfloat16"), _u16)}
+        # By dtype name: ml_dtypes (bfloat16's NumPy dtype) loads only once a bfloat16
+        # array exists, not with the kernel tables.
+        return {"float32": (getattr(native, f"{prefix}_float32"), None),
+                "float16": (getattr(native, f"{prefix}_float16"), _u16),
+                "bfloat16": (getattr(native, f"{prefix}_bfloat16"), _u16)}
 
     table = {}
     softmax = _primitive("products", "Softmax")

@@ -152,3 +152,20 @@ def test_unknown_dtype():
         mx.array([1.0], dtype="float128")
     with pytest.raises(DtypeError):
         mx.array(np.array(["a"]))
+
+
+def test_a_float32_program_does_not_import_ml_dtypes():
+    # ml_dtypes (bfloat16's NumPy dtype) costs more to import than NumPy: it loads only
+    # once a bfloat16 array exists, not with lazyx or its CPU kernels.
+    import subprocess
+    import sys
+    code = ("import sys, lazyx.core as mx, lazyx.nn as nn\n"
+            "x = mx.ones((4, 8))\n"
+            "mx.eval(mx.softmax(mx.exp(x) + 1, axis=-1), mx.sum(x, axis=0), nn.Linear(8, 3)(x))\n"
+            "f = mx.compile(lambda a: mx.exp(a) * 2 + 1)\n"
+            "mx.eval(f(x))\n"
+            "print('ml_dtypes' in sys.modules)\n"
+            "mx.eval(mx.ones(3, dtype=mx.bfloat16) + 1)\n"
+            "print('ml_dtypes' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr[-2000:]

@@ -4,10 +4,10 @@ They use only array methods (``astype``, ``view``, ``dtype``), so the same
 wrapper serves NumPy and CuPy arrays.
 """
 
-import ml_dtypes
 import numpy as np
 
-_BF16 = np.dtype(ml_dtypes.bfloat16)
+from lazyx import dtypes as _dt
+
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _UINT8 = np.dtype(np.uint8)
@@ -17,13 +17,15 @@ def bf16_as_float32(fn):
     """Run ``fn`` with bfloat16 inputs widened to float32 (exact) and round its float32
     outputs back: for kernels whose bfloat16 loop is missing or wrong (NumPy's sorts
     through ml_dtypes' comparisons do not order NaNs last; CuPy has no bfloat16 sort)."""
+    # Dtypes compared by name: ml_dtypes (bfloat16's NumPy dtype) loads only when a
+    # bfloat16 array exists, not with the kernels (it costs more than NumPy's import).
     def back(o):
-        return o.astype(_BF16) if o.dtype == _F32 else o
+        return o.astype(_dt.bfloat16.np) if o.dtype == _F32 else o
 
     def kernel(p, ins):
-        if not any(x.dtype == _BF16 for x in ins):
+        if not any(x.dtype.name == "bfloat16" for x in ins):
             return fn(p, ins)
-        out = fn(p, [x.astype(_F32) if x.dtype == _BF16 else x for x in ins])
+        out = fn(p, [x.astype(_F32) if x.dtype.name == "bfloat16" else x for x in ins])
         return tuple(back(o) for o in out) if type(out) is tuple else back(out)
     return kernel
 

@@ -13,14 +13,15 @@ need no ``np.errstate`` of their own.
 import functools
 import math
 
-import ml_dtypes
 import numpy as np
 
 from lazyx.plugins import elementwise as ew
 
 from .common import bool_as_uint8
 
-_HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+#: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
+#: bfloat16 array exists).
+_HALVES = ("float16", "bfloat16")
 _BOOL = np.dtype(np.bool_)
 
 
@@ -28,7 +29,7 @@ def _in_float32(fn):
     """Compute a float16/bfloat16 input in float32 and round the result back."""
     def kernel(p, ins):
         x = ins[0]
-        if x.dtype in _HALVES:
+        if x.dtype.name in _HALVES:
             return fn(p, [x.astype(np.float32)]).astype(x.dtype)
         return fn(p, ins)
     return kernel
@@ -58,7 +59,7 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    elif x.dtype == _HALVES[1] and to.kind in "iu":
+    elif x.dtype.name == "bfloat16" and to.kind in "iu":
         # As MLX (and float32): through float32, so -3 wraps to 253 in uint8; ml_dtypes'
         # own conversion gives 0 or wraps depending on its version.
         x = x.astype(np.float32)
@@ -251,8 +252,15 @@ def _array_equal(p, ins):
 # same bits), the later ones in the buffer the first one allocated (``out`` given
 # positionally: keyword arguments cost a ufunc call more than a small array's loop).
 _ndarray = np.ndarray
-_ONE = {np.dtype(t): np.dtype(t).type(1)
-        for t in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)}
+_ONE = {np.dtype(t): np.dtype(t).type(1) for t in (np.float16, np.float32, np.float64)}
+
+
+def _one(d):
+    """1 of float dtype ``d`` (bfloat16's added on first use)."""
+    one = _ONE.get(d)
+    if one is None:
+        one = _ONE[d] = d.type(1)
+    return one
 
 
 def _times(g, d):
@@ -266,15 +274,15 @@ def _tanh_grad(p, ins):
     g, y = ins
     d = np.square(y)
     if type(d) is _ndarray:
-        np.subtract(_ONE[y.dtype], d, d)
+        np.subtract(_one(y.dtype), d, d)
     else:
-        d = np.subtract(_ONE[y.dtype], d)
+        d = np.subtract(_one(y.dtype), d)
     return _times(g, d)
 
 
 def _sigmoid_grad(p, ins):
     g, y = ins
-    d = np.subtract(_ONE[y.dtype], y)
+    d = np.subtract(_one(y.dtype), y)
     if type(d) is _ndarray and d.shape == y.shape:
         np.multiply(y, d, d)
     else:

@@ -4,13 +4,14 @@ float16 and bfloat16 accumulate in float32 (sums, products, log-sum-exp and the
 scans that add or multiply), then round once to the output dtype.
 """
 
-import ml_dtypes
 import numpy as np
 
 from lazyx.plugins import reductions as rd
 
 _f32 = np.dtype(np.float32)
-_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+#: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
+#: bfloat16 array exists).
+_HALF = ("float16", "bfloat16")
 _bool = np.dtype(np.bool_)
 _uint32 = np.dtype(np.uint32)
 _SUM_NP = {k.np: v.np for k, v in rd.SUM_DTYPE.items()}
@@ -20,7 +21,7 @@ _SUM_NP = {k.np: v.np for k, v in rd.SUM_DTYPE.items()}
 def _accumulating(fn):
     def k(x, axes, keepdims):
         d = x.dtype
-        if d in _HALF:
+        if d.name in _HALF:
             return fn(x, axis=axes, dtype=_f32, keepdims=keepdims).astype(d)
         return fn(x, axis=axes, dtype=_SUM_NP.get(d, d), keepdims=keepdims)
     return k
@@ -71,7 +72,7 @@ def _finite_max(x, axes):
 def _logsumexp(p, ins):
     x = ins[0]
     d = x.dtype
-    if d in _HALF:
+    if d.name in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = _finite_max(x, p.axes)
@@ -84,7 +85,7 @@ def _logsumexp(p, ins):
 def _median(p, ins):
     x = ins[0]
     d = x.dtype
-    if d in _HALF:
+    if d.name in _HALF:
         x = x.astype(_f32)
     return np.asarray(np.median(x, axis=p.axes, keepdims=p.keepdims)).astype(d, copy=False)
 
@@ -92,7 +93,7 @@ def _median(p, ins):
 # -- Scan ------------------------------------------------------------------------
 def _cumsum(x, axis):
     d = x.dtype
-    if d in _HALF:
+    if d.name in _HALF:
         return np.cumsum(x, axis=axis, dtype=_f32).astype(d)
     return np.cumsum(x, axis=axis, dtype=d)
 
@@ -101,14 +102,14 @@ def _cumprod(x, axis):
     d = x.dtype
     if d.kind == "b":
         return np.logical_and.accumulate(x, axis=axis)
-    if d in _HALF:
+    if d.name in _HALF:
         return np.cumprod(x, axis=axis, dtype=_f32).astype(d)
     return np.cumprod(x, axis=axis, dtype=d)
 
 
 def _logcumsumexp(x, axis):
     d = x.dtype
-    if d in _HALF:
+    if d.name in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if x.dtype.kind == "c":

@@ -36,12 +36,12 @@ which accumulates them in complex / float32.
 from __future__ import annotations
 
 import numpy as np
-from lazyx.dtypes import bfloat16
 from lazyx.plugins.conv import Convolution
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 #: The dtypes of the implicit-GEMM kernels (float32; the half types computed in it).
-_DIRECT = (np.dtype(np.float32), np.dtype(np.float16), bfloat16.np)
+#: By name: ml_dtypes (bfloat16's NumPy dtype) loads only once a bfloat16 array exists.
+_DIRECT = ("float32", "float16", "bfloat16")
 #: Elements of the column matrix per block (float32: 16 MB), and the fewest rows of
 #: a block: OpenBLAS slows down tenfold on products of few rows with a long inner
 #: dimension (64 x 32768 by 32768 x 64, a weight gradient's shape), measured.
@@ -121,7 +121,7 @@ def kernels(native, reference) -> dict:
 
     def convolution(p, inputs):
         x, w = inputs
-        if (p.groups == 1 and x.dtype in _DIRECT and w.dtype == x.dtype and x.size and w.size):
+        if (p.groups == 1 and x.dtype.name in _DIRECT and w.dtype == x.dtype and x.size and w.size):
             out_shape = p.output_shapes(inputs)[0]
             if x.dtype != np.float32:  # float16, bfloat16: as the NumPy kernel, in float32
                 return implicit(p, x.astype(np.float32), w.astype(np.float32),

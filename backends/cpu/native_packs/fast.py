@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from lazyx.backends.cpu.kernels import fast as ref
-from lazyx.dtypes import bfloat16
 from lazyx.plugins import fast
 
 _u16 = np.dtype(np.uint16)
 #: NumPy dtype -> (suffix of the native functions, view dtype or None)
-_TYPES = {np.dtype(np.float32): ("float32", None), np.dtype(np.float16): ("float16", _u16),
-          bfloat16.np: ("bfloat16", _u16)}
+#: By dtype name: ml_dtypes (bfloat16's NumPy dtype) loads only once a bfloat16 array exists.
+_TYPES = {"float32": ("float32", None), "float16": ("float16", _u16),
+          "bfloat16": ("bfloat16", _u16)}
 
 
 def _view(a, view):
@@ -47,7 +47,7 @@ def _mask_and_sinks(p, ins):
 def kernels(native, reference) -> dict:
     def typed(x):
         """(suffix, view) for a native dtype and a non-empty input, else None."""
-        return _TYPES.get(x.dtype) if x.size else None
+        return _TYPES.get(x.dtype.name) if x.size else None
 
     def rms_norm(p, ins):
         x = ins[0]

@@ -17,13 +17,13 @@ from functools import lru_cache
 import numpy as np
 
 from lazyx.backends.cpu.kernels import matmuls as ref
-from lazyx.dtypes import bfloat16
 from lazyx.plugins import matmuls as mm
 
 _u16 = np.dtype(np.uint16)
 #: NumPy dtype -> (suffix of the native functions, view dtype or None)
-_TYPES = {np.dtype(np.float32): ("float32", None), np.dtype(np.float16): ("float16", _u16),
-          bfloat16.np: ("bfloat16", _u16)}
+#: By dtype name: ml_dtypes (bfloat16's NumPy dtype) loads only once a bfloat16 array exists.
+_TYPES = {"float32": ("float32", None), "float16": ("float16", _u16),
+          "bfloat16": ("bfloat16", _u16)}
 
 
 @lru_cache(maxsize=None)
@@ -59,7 +59,7 @@ def _grouped_gather_mm(p, ins):
 def kernels(native, reference) -> dict:
     def hadamard(p, ins):
         x = ins[0]
-        kind = _TYPES.get(x.dtype)
+        kind = _TYPES.get(x.dtype.name)
         if kind is None:
             return reference[mm.Hadamard](p, ins)
         suffix, view = kind

@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from lazyx import dtypes as dt
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
 _MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
 #: The kernel's scale kinds: affine scales/biases by dtype, the float modes' codes.
-_KIND = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(dt.bfloat16.np): 2}
+#: By dtype name: ml_dtypes (bfloat16's NumPy dtype) loads only once a bfloat16 array exists.
+_KIND = {"float32": 0, "float16": 1, "bfloat16": 2}
 _CODES = {"mxfp4": 3, "mxfp8": 3, "nvfp4": 4}
 _NONE = np.zeros((1,), np.uint8)
 _ZERO = np.zeros((1,), np.int64)  # (xi, wi) of an unbatched product
@@ -44,9 +44,9 @@ def _weights(p, ins):
     if p.mode != "affine":
         kind = _CODES[p.mode]
     else:
-        if biases.dtype != scales.dtype or scales.dtype not in _KIND:
+        if biases.dtype != scales.dtype or scales.dtype.name not in _KIND:
             scales, biases = scales.astype(np.float32), biases.astype(np.float32)
-        kind = _KIND[scales.dtype]
+        kind = _KIND[scales.dtype.name]
     return w, _bytes(scales), None if biases is None else _bytes(biases), kind, lead
 
 
