@@ -154,8 +154,8 @@ class CpuBackend(CpuReferenceBackend):
         if self.native is None:
             return f"native module not loaded ({native_kernels.load_error}): NumPy kernels only"
         info = self.native.build_info()
-        return (f"native kernels loaded: {info.get('simd', 'scalar')} code, "
-                f"{self.native.get_num_threads()} threads")
+        return (f"native kernels loaded: {info.get('simd', 'scalar')} code "
+                f"({info.get('arch', 'native')} build), {self.native.get_num_threads()} threads")
 
 
 @hookimpl

@@ -26,16 +26,49 @@ load_error: str | None = None
 
 def load():
     """The native module, or None when it cannot load (the NumPy kernels then serve,
-    and ``load_error`` says why; ``lazyx info`` shows it)."""
+    and ``load_error`` says why; ``lazyx info`` shows it).
+
+    A portable build (backends/cpu/native/CMakeLists.txt) holds two modules: ``_native``
+    compiled for x86-64-v3 and ``_native_base`` for the baseline. The CPU's features
+    (NumPy's table of them) pick one before either is imported: a module for newer
+    instructions must not even load on a CPU without them."""
     global load_error
+    import importlib
+    errors = []
+    for name in _candidates():
+        try:
+            native = importlib.import_module(f"{__package__}.{name}")
+        except ImportError as exc:  # the compiled module is optional (a build may lack it)
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if sys.version_info < (3, 12):
+            _backport_buffer_protocol(native)
+        load_error = None
+        return native
+    load_error = "; ".join(errors)
+    return None
+
+
+def _candidates() -> tuple:
+    """The native modules to try, best first."""
+    import importlib.util
     try:
-        from . import _native  # the compiled module: optional (a build may lack it)
-    except ImportError as exc:
-        load_error = f"{type(exc).__name__}: {exc}"
-        return None
-    if sys.version_info < (3, 12):
-        _backport_buffer_protocol(_native)
-    return _native
+        portable = importlib.util.find_spec(f"{__package__}._native_base") is not None
+    except (ImportError, ValueError):
+        portable = False
+    if not portable:
+        return ("_native",)
+    return ("_native", "_native_base") if has_x86_64_v3() else ("_native_base",)
+
+
+def has_x86_64_v3() -> bool:
+    """Whether this CPU runs x86-64-v3 code (AVX2, FMA, F16C; the CPUs that have them
+    have its other instructions too), by NumPy's run-time CPU feature table."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    return all(features.get(f) for f in ("AVX", "AVX2", "FMA3", "F16C"))
 
 
 def _backport_buffer_protocol(native) -> None:

@@ -95,7 +95,16 @@ void bind_row_kernels(nb::module_& m, const char* suffix, lazyx::Dtype dt) {
 
 }  // namespace
 
-NB_MODULE(_native, m) {
+// The module's name: _native, or _native_base for the baseline twin of a portable build
+// (backends/cpu/native/CMakeLists.txt); the Python loader picks one for the CPU.
+#ifndef LAZYX_MODULE_NAME
+#define LAZYX_MODULE_NAME _native
+#endif
+#ifndef LAZYX_ARCH_NAME
+#define LAZYX_ARCH_NAME "baseline"
+#endif
+
+NB_MODULE(LAZYX_MODULE_NAME, m) {
   m.doc() = "Native CPU kernels and the memory-accounting allocator of lazyx's cpu backend.";
   if (const char* isa = missing_isa())
     throw nb::import_error((std::string("lazyx's native kernels were compiled for ") + isa +
@@ -248,6 +257,7 @@ NB_MODULE(_native, m) {
       if (std::string(*f) == "avx512f") { simd = "avx512"; break; }
     }
     d["simd"] = simd;
+    d["arch"] = LAZYX_ARCH_NAME;  // "native", "x86-64-v3" or "baseline"
     return d;
   });
 
