@@ -54,19 +54,21 @@ _pool = []
 _twiddles: dict = {}
 
 
-def transform_kernel(load, **options):
+def transform_kernel(load, norm=None, **options):
     """The kernel of :class:`FFT` over the module ``load()`` returns (``scipy.fft``,
     ``cupy.fft``), which must offer ``fftn``/``ifftn``/``rfftn``/``irfftn`` with
-    ``s``, ``axes`` and ``norm``; ``options`` go to every call."""
+    ``s``, ``axes`` and ``norm``; ``options`` go to every call. ``norm``, when given,
+    replaces the node's normalisation (the caller then scales the result itself)."""
     def kernel(p, ins):
         x, axes, m = ins[0], p.axes, load()
+        scale = p.norm if norm is None else norm
         if not p.real:
-            return (m.ifftn if p.inverse else m.fftn)(x, axes=axes, norm=p.norm, **options)
+            return (m.ifftn if p.inverse else m.fftn)(x, axes=axes, norm=scale, **options)
         if not p.inverse:
-            return m.rfftn(x, axes=axes, norm=p.norm, **options)
+            return m.rfftn(x, axes=axes, norm=scale, **options)
         s = [x.shape[k] for k in axes]
         s[-1] = 2 * (s[-1] - 1) + p.odd
-        return m.irfftn(x, s=s, axes=axes, norm=p.norm, **options)
+        return m.irfftn(x, s=s, axes=axes, norm=scale, **options)
     return kernel
 
 
@@ -187,12 +189,12 @@ def _mkl_kernel():
     """The kernel over ``mkl_fft``, which always transforms with ``norm="backward"``:
     mkl_fft 2.3 scales ``ortho`` and ``forward`` by the size of every axis, not only the
     transformed ones, so any other normalisation is one in-place multiply here."""
-    unscaled = transform_kernel(_mkl)
+    unscaled = transform_kernel(_mkl, norm="backward")
 
     def kernel(p, ins):
+        out = unscaled(p, ins)
         if p.norm == "backward":
-            return unscaled(p, ins)
-        out = unscaled(_Backward(p), ins)
+            return out
         n = math.prod(out.shape[k] if p.real and p.inverse else ins[0].shape[k] for k in p.axes)
         # The scale asked for over the one ``backward`` applied (1, or 1 / n on the inverse).
         want = n ** -0.5 if p.norm == "ortho" else 1.0 if p.inverse else 1 / n
@@ -200,18 +202,6 @@ def _mkl_kernel():
         out *= out.dtype.type(scale)
         return out
     return kernel
-
-
-class _Backward:
-    """An FFT node's parameters with ``norm="backward"`` (the rest read through)."""
-    __slots__ = ("_p",)
-    norm = "backward"
-
-    def __init__(self, p):
-        self._p = p
-
-    def __getattr__(self, name):
-        return getattr(self._p, name)
 
 
 def _cpu_kernel():

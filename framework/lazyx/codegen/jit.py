@@ -1019,6 +1019,18 @@ static void lx_split(chunk_fn fn, lx_job* job, int64_t n, int threads) {
   lx_runner(fn, job, (size_t)n, (size_t)chunk, (size_t)threads);
 }
 
+// lx_split, with the GIL let go unless the loop is too short to be worth it.
+static PyObject* lx_run(chunk_fn fn, lx_job* job, int64_t n, int threads) {
+  if (n < lx_release_gil) {
+    lx_split(fn, job, n, 1);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    lx_split(fn, job, n, threads);
+    Py_END_ALLOW_THREADS
+  }
+  return PyLong_FromLong(0);
+}
+
 static PyObject* lx_set_runner(PyObject*, PyObject* arg) {
   void* fn = PyLong_AsVoidPtr(arg);
   if (PyErr_Occurred()) return nullptr;
@@ -1035,14 +1047,7 @@ static PyObject* lx_range_contiguous(PyObject*, PyObject* const* args, Py_ssize_
   void* ptrs[lx_max_buffers];
   if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
   job.buf = ptrs;
-  if (n < lx_release_gil) {
-    lx_split(lx_contiguous_chunk, &job, n, 1);
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    lx_split(lx_contiguous_chunk, &job, n, threads);
-    Py_END_ALLOW_THREADS
-  }
-  return PyLong_FromLong(0);
+  return lx_run(lx_contiguous_chunk, &job, n, threads);
 }
 
 // range_strided(fn, arrays, layout, nd, n, threads): fn is a kernel's lazyx_strided_range.
@@ -1058,14 +1063,7 @@ static PyObject* lx_range_strided(PyObject*, PyObject* const* args, Py_ssize_t n
   if (PyErr_Occurred() || lx_addresses(args[1], ptrs)) return nullptr;
   if (nd < 1 || nd > 16 || PyBytes_GET_SIZE(args[2]) < (Py_ssize_t)(8 * nd)) return PyLong_FromLong(2);
   job.buf = ptrs;
-  if (n < lx_release_gil) {
-    lx_split(lx_strided_chunk, &job, n, 1);
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    lx_split(lx_strided_chunk, &job, n, threads);
-    Py_END_ALLOW_THREADS
-  }
-  return PyLong_FromLong(0);
+  return lx_run(lx_strided_chunk, &job, n, threads);
 }
 
 static PyMethodDef lx_methods[] = {

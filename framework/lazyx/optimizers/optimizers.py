@@ -111,6 +111,8 @@ class Optimizer:
         self._initialized = False
         self._state = {"step": mx.array(0, mx.uint64)}
         self._schedulers = dict(schedulers or {})
+        self._fused_rules: dict = {}  # compiled rules, by fusion key (_apply_fused)
+        self._fusion_key = None  # this update's optimizer-level part of that key
 
     def update(self, model, gradients) -> None:
         """Apply ``gradients`` to the parameters of ``model`` (``model.update``).
@@ -156,6 +158,9 @@ class Optimizer:
         for name, schedule in self._schedulers.items():
             state[name] = self._scheduled(name, schedule)
         state["step"] = state["step"] + 1
+        # What every parameter's fused rule is keyed by, read once per update.
+        self._fusion_key = (tuple(k for k, v in state.items() if isinstance(v, mx.array)),
+                            _hyper_parameters(self))
         try:
             return tree_map_with_path(self._apply_checked, gradients, parameters, state)
         except LazyxError:
@@ -203,12 +208,12 @@ class Optimizer:
         the rules of this module are fused: a subclass's own ``apply_single`` may draw
         random numbers or have side effects that one trace would freeze.
         """
-        own = [k for k, v in self._state.items() if isinstance(v, mx.array)]
+        own, hyper = self._fusion_key
         local = sorted(state)
         if not all(isinstance(state[k], mx.array) for k in local):
             return self.apply_single(gradient, parameter, state)
-        key = (tuple(own), tuple(local), _hyper_parameters(self))
-        fused = self.__dict__.setdefault("_fused_rules", {})
+        key = (own, tuple(local), hyper)
+        fused = self._fused_rules
         entry = fused.get(key)
         if entry is None:
             entry = fused[key] = self._fuse(own, local)
@@ -224,7 +229,7 @@ class Optimizer:
         state.update(zip(written, values))
         return new
 
-    def _fuse(self, own: list, local: list):
+    def _fuse(self, own: tuple, local: list):
         """``(compiled function, the state keys it writes)`` for :meth:`_apply_fused`."""
         written: list = []
 
