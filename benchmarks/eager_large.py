@@ -26,15 +26,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from benchmarks.peers import load  # noqa: E402
+from benchmarks.throughput import numpy_softmax as _softmax  # noqa: E402
 from benchmarks.timing import compare, machine_load, side_by_side  # noqa: E402
 
 N = 1 << 22  # 4M float32: 16 MiB
 ROWS, COLS = 4096, 1024  # softmax over the last axis of 4M elements
-
-
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 #: {title: (inputs (by name), {column family: fn(module, *inputs)}, float64 reference)}

@@ -28,7 +28,8 @@ class Case:
     results: dict       # column -> callable returning the result as NumPy (for checking)
 
 
-def _numpy_softmax(x):
+def numpy_softmax(x):
+    """Softmax over the last axis in NumPy (a peer's column and the float64 reference)."""
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -58,10 +59,10 @@ def _specs(rng):
         x = rng.standard_normal((rows, cols), dtype=np.float32) * 3
         specs.append((
             f"softmax {rows}x{cols} (last axis)", (x,),
-            {"lazyx": lambda m, v: m.softmax(v, axis=-1), "NumPy": lambda m, v: _numpy_softmax(v),
+            {"lazyx": lambda m, v: m.softmax(v, axis=-1), "NumPy": lambda m, v: numpy_softmax(v),
              "MLX": lambda m, v: m.softmax(v, axis=-1), "PyTorch": lambda m, v: m.softmax(v, -1),
              "JAX": lambda m, v: m.nn.softmax(v, axis=-1)},
-            lambda x=x: _numpy_softmax(x.astype(np.float64))))
+            lambda x=x: numpy_softmax(x.astype(np.float64))))
     p = rng.standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
     q = rng.standard_normal((MATMUL_N, MATMUL_N), dtype=np.float32)
     specs.append((
