@@ -31,9 +31,9 @@ import numpy as np
 
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
-from lazyx.array import array, from_buffer, lazy, lazy_multi
+from lazyx.array import array, from_buffer, lazy, lazy_multi, node_maker
 from lazyx.codegen import ir
-from lazyx.device import to_stream
+from lazyx.device import current_stream, thread_state, to_stream
 from lazyx.errors import ArgumentError, DtypeError, LazyxError, TransformError, at_op
 from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import Primitive, SameShape
@@ -1150,7 +1150,9 @@ def _table(rule, name):
 
 def _unary(cls, name, rule, doc):
     table = _table(rule, name)
-    _lazy, _ts, _array = lazy, to_stream, array
+    _lazy, _ts, _array, _tls, _cur = lazy, to_stream, array, thread_state, current_stream
+
+    _node = node_maker(cls)
 
     def op(a, /, *, stream=None) -> array:
         if type(a) is not _array:
@@ -1163,7 +1165,10 @@ def _unary(cls, name, rule, doc):
             c, o = r
             if c is not None:
                 a = cast(a, c, stream)
-            return _lazy(a._shape, o, cls(_ts(stream)), (a,))
+            st = (_tls.stream or _cur()) if stream is None else _ts(stream)
+            if _node is not None:
+                return _node(cls, st, a._shape, o, (a,))
+            return _lazy(a._shape, o, cls(st), (a,))
         if r is None:
             return a
         raise DtypeError(r)
@@ -1190,11 +1195,16 @@ def _cast_operand(x, d, stream):
 
 def _binary(cls, name, rule, doc):
     table = _table(rule, name)
-    _lazy, _ts, _bo = lazy, to_stream, binary_operands
+    _lazy, _ts, _bo, _array, _tls, _cur = lazy, to_stream, binary_operands, array, thread_state, current_stream
+
+    _node = node_maker(cls)
 
     def op(a, b, /, *, stream=None) -> array:
         try:
-            a, b, d = _bo(a, b, stream)
+            if type(a) is _array and type(b) is _array and a._dtype is b._dtype:
+                d = a._dtype  # binary_operands' first case, without its call
+            else:
+                a, b, d = _bo(a, b, stream)
             r = table[d]
             if type(r) is not tuple:
                 raise DtypeError(r)
@@ -1206,7 +1216,10 @@ def _binary(cls, name, rule, doc):
             shape = sa if sa == sb else broadcast_shapes(sa, sb)
         except LazyxError as e:  # free unless raised: the shared helpers name no op
             raise at_op(e, name)
-        return _lazy(shape, o, cls(_ts(stream)), (a, b))
+        st = (_tls.stream or _cur()) if stream is None else _ts(stream)
+        if _node is not None:
+            return _node(cls, st, shape, o, (a, b))
+        return _lazy(shape, o, cls(st), (a, b))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     cls._op = staticmethod(op)

@@ -538,5 +538,15 @@ def eager_kernel(cls, fallback):
 
     kernel.generated = True
     kernel.fallback = fallback
+    if arity in (1, 2) and ufunc is not None:
+        # The scheduler's native loop calls the ufunc itself below the limit (no frame
+        # of this function; see Backend's "small_ufunc" in lazyx.backend).
+        kernel.small_ufunc = ufunc
+        kernel.small_limit = limit
+        native = native_kernels.load()
+        small = native.small_kernel(cls.name) if native is not None and \
+            cls.__module__ == "lazyx.plugins.elementwise" else None
+        if small is not None:  # the same arithmetic without the ufunc's dispatch
+            kernel.small_native = small
     kernel.__name__ = f"cpu_elementwise_{cls.name}"
     return kernel

@@ -276,6 +276,34 @@ def lazy(shape: tuple, dtype: _dt.Dtype, prim, inputs: tuple) -> array:
     return a
 
 
+#: The Python version of :func:`lazy`, the reference of the native one below.
+py_lazy = lazy
+
+# The core's native hot path (framework/native/graph.cpp): node creation and the
+# scheduler's walk and loop in C++, the same functions as the Python ones here and in
+# lazyx.scheduler, which run where the module is not built (a source checkout).
+try:
+    from . import _graph as native
+except ImportError:  # not built: the Python versions serve
+    native = None
+if native is not None:
+    from .primitive import Primitive
+    native.setup(array, Primitive)
+    lazy = native.lazy
+
+
+def node_maker(cls):
+    """For an op function of primitive class ``cls``: the native
+    ``node(cls, stream, shape, dtype, inputs)``, which is ``lazy(shape, dtype,
+    cls(stream), inputs)`` in one call, when an instance of ``cls`` is just its stream
+    (no parameters, no ``__init__`` or ``__new__`` of its own); else None, and the op
+    builds ``cls(stream)`` and calls :func:`lazy`."""
+    if native is None or cls._param_names or cls.__init__ is not Primitive.__init__ \
+            or cls.__new__ is not object.__new__:
+        return None
+    return native.node
+
+
 def lazy_multi(shapes, dtypes, prim, inputs: tuple) -> list[array]:
     """The outputs of a multi-output primitive, each knowing its siblings."""
     outs = []

@@ -46,6 +46,12 @@ class Backend:
             takes input buffers and returns a buffer or a tuple of buffers. Filled by
             :meth:`load_kernels` the first time it is read, so that registering a
             backend (every ``import lazyx.core``) does not import its kernel modules.
+
+    A kernel that is one NumPy ufunc call for small inputs may say so with two
+    attributes, ``kernel.small_ufunc`` (the ufunc) and ``kernel.small_limit`` (an
+    int): for inputs that are all NumPy arrays of fewer than ``small_limit``
+    elements, the scheduler's native loop then calls ``small_ufunc(*inputs)``
+    itself, without the kernel's Python frame (the per-op cost of a small op).
     """
 
     name: str = "backend"

@@ -18,7 +18,7 @@ import threading
 from .backend import backend_for
 from .device_types import Device, DeviceType, Stream
 from .environment import read_variable
-from .errors import DeviceError, DtypeError
+from .errors import BackendError, DeviceError, DtypeError
 
 __all__ = [
     "DeviceType", "Device", "Stream", "cpu", "gpu", "default_device",
@@ -67,6 +67,10 @@ def current_stream() -> Stream:
 
 
 _state = _State()
+#: The calling thread's state (``thread_state.stream``: its current default stream, or
+#: None until first asked): op functions on the hot path read it inline, as
+#: ``thread_state.stream or current_stream()``, instead of calling :func:`to_stream`.
+thread_state = _state
 
 
 def _as_device(d) -> Device:
@@ -231,10 +235,14 @@ def synchronize(s=None) -> None:
     streams = _streams if s is None else [to_stream(s)]
     for st in streams:
         try:
-            backend_for(st.device.type).synchronize(st)
-        except Exception:
+            backend = backend_for(st.device.type)
+        except BackendError:  # a stream of a device whose backend is gone: nothing queued
             if st.device.type is DeviceType.cpu:
                 raise
+            continue
+        # An error the backend reports here (a GPU index check queued by a kernel) is
+        # the caller's: it propagates.
+        backend.synchronize(st)
 
 
 # -- MLX's thread and device queries --------------------------------------------------

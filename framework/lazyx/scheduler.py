@@ -143,12 +143,29 @@ def unevaluated_order(roots) -> list:
 
 def eval_arrays(roots) -> None:
     """Evaluate a flat sequence of arrays."""
-    order = unevaluated_order(roots)
+    order = _order(roots)
     if not order:
         return
     tables, cpu = _backend._tables or _backend.dispatch_tables()
     token = cpu.enter_eval()
+    try:
+        if _native is not None:
+            failed = [None]
+            try:
+                _native.run(order, tables, retain_graph.depth > 0,
+                            _check_shape_rule if check_shape_rules else None, _finish, failed)
+            except MemoryError as e:
+                _raise_out_of_memory(e, failed[0])
+        else:
+            _run(order, tables)
+    finally:
+        cpu.exit_eval(token)
+
+
+def _run(order, tables) -> None:
+    """The scheduler's loop in Python: the reference of the native ``run``."""
     keep = retain_graph.depth > 0
+    a = None
     try:
         for k in range(len(order)):
             a = order[k]
@@ -160,41 +177,63 @@ def eval_arrays(roots) -> None:
             out = kernel(prim, [x._data for x in a._inputs])
             if check_shape_rules:
                 _check_shape_rule(prim, a)
-            sib = a._siblings
-            if sib is None:
-                if type(out) is not _ndarray:
-                    out = _fix_single(out, a)
-                if out.shape != a._shape or (out.dtype is not a._dtype.np and out.dtype != a._dtype.np):
-                    _bad_output(prim, (out,), (a,))
+            if not keep and a._siblings is None and type(out) is _ndarray and \
+                    out.shape == a._shape and (out.dtype is a._dtype.np or out.dtype == a._dtype.np):
                 a._data = out
-                if not keep:
-                    a._prim = None
-                    a._inputs = None
-                else:
-                    retained.append(_weakref(a))
+                a._prim = None
+                a._inputs = None
             else:
-                if type(out) not in (tuple, list) or len(out) != len(sib):
-                    _bad_output(prim, out if type(out) in (tuple, list) else (out,), sib)
-                outs = [o if type(o) is _ndarray else _fix_output(o) for o in out]
-                for o, s in zip(outs, sib):
-                    if o.shape != s._shape or o.dtype != s._dtype.np:
-                        _bad_output(prim, outs, sib)
-                for o, s in zip(outs, sib):
-                    s._data = o
-                    if not keep:
-                        s._prim = None
-                        s._inputs = None
-                        s._siblings = None
-                if keep:
-                    retained.append(_weakref(a))
+                _finish(prim, a, out)
     except MemoryError as e:
-        if isinstance(e, LazyxError):
-            raise
-        raise out_of_memory(a._prim.name if a._prim is not None else "eval", a._shape,
-                            a._dtype, f"while evaluating; the kernel said: {e}") from None
-    finally:
-        cpu.exit_eval(token)
+        _raise_out_of_memory(e, a)
 
+
+def _finish(prim, a, out) -> None:
+    """Store the output(s) ``out`` of ``a``'s node: checked against the shapes and
+    dtypes the graph promised, then the node detached (or, while a transform retains
+    the graph, recorded). The loops do the common case themselves: one NumPy array as
+    promised, nothing retained."""
+    keep = retain_graph.depth > 0
+    sib = a._siblings
+    if sib is None:
+        if type(out) is not _ndarray:
+            out = _fix_single(out, a)
+        if out.shape != a._shape or (out.dtype is not a._dtype.np and out.dtype != a._dtype.np):
+            _bad_output(prim, (out,), (a,))
+        a._data = out
+        if not keep:
+            a._prim = None
+            a._inputs = None
+        else:
+            retained.append(_weakref(a))
+        return
+    if type(out) not in (tuple, list) or len(out) != len(sib):
+        _bad_output(prim, out if type(out) in (tuple, list) else (out,), sib)
+    outs = [o if type(o) is _ndarray else _fix_output(o) for o in out]
+    for o, s in zip(outs, sib):
+        if o.shape != s._shape or o.dtype != s._dtype.np:
+            _bad_output(prim, outs, sib)
+    for o, s in zip(outs, sib):
+        s._data = o
+        if not keep:
+            s._prim = None
+            s._inputs = None
+            s._siblings = None
+    if keep:
+        retained.append(_weakref(a))
+
+
+def _raise_out_of_memory(e: MemoryError, a) -> None:
+    """A kernel's ``MemoryError`` as an :class:`OutOfMemoryError` naming the node."""
+    if isinstance(e, LazyxError) or a is None:
+        raise e
+    raise out_of_memory(a._prim.name if a._prim is not None else "eval", a._shape,
+                        a._dtype, f"while evaluating; the kernel said: {e}") from None
+
+
+# The native walk and loop (lazyx._graph, loaded by lazyx.array) or the Python ones.
+_native = _array_module.native
+_order = _native.unevaluated_order if _native is not None else unevaluated_order
 
 # Arrays evaluate themselves (``item()``, ``np.asarray``) through the scheduler.
 _array_module.evaluate = eval_arrays

@@ -1,10 +1,15 @@
-"""Laziness, the scheduler's walk, detaching and freeing, kernel output checks."""
+"""Laziness, the scheduler's walk, detaching and freeing, kernel output checks.
+
+Every test runs twice: with the scheduler's native walk and loop (lazyx._graph,
+framework/native/graph.cpp) and with their Python reference versions."""
 
 import gc
 import weakref
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lazyx.core as mx
 from lazyx.array import lazy, lazy_multi
@@ -28,6 +33,18 @@ class Counting(Primitive):
 
 def counting(x):
     return lazy(x.shape, x.dtype, Counting(mx.default_stream(mx.cpu)), (x,))
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def loop(request, monkeypatch):
+    """The scheduler's walk and loop: native (as installed) or the Python reference."""
+    from lazyx import scheduler
+    if request.param == "python":
+        monkeypatch.setattr(scheduler, "_native", None)
+        monkeypatch.setattr(scheduler, "_order", scheduler.unevaluated_order)
+    elif scheduler._native is None:
+        pytest.skip("lazyx._graph is not built (a source checkout): the Python loop only")
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +227,121 @@ def test_primitive_params_and_equivalence():
     assert AsType(s, mx.int8).params() == (mx.int8,)
     assert repr(AsType(s, mx.int8)) == "AsType(dtype=lazyx.core.int8)"
     assert Add.name == "Add"
+
+
+class Raising(Primitive):
+    __slots__ = ()
+
+    def eval_cpu(self, inputs):
+        raise ValueError("kernel refused")
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+class Exhausting(Raising):
+    __slots__ = ()
+
+    def eval_cpu(self, inputs):
+        raise MemoryError("no room")
+
+
+def test_kernel_exception_propagates_and_leaves_the_rest_valid():
+    x = mx.array([1.0, 2.0])
+    good = counting(x)
+    bad = lazy(x.shape, x.dtype, Raising(mx.default_stream(mx.cpu)), (good,))
+    after = counting(bad)
+    with pytest.raises(ValueError, match="kernel refused"):
+        mx.eval(after)
+    assert good.tolist() == [2.0, 3.0] and bad._data is None and after._data is None
+    assert bad._prim is not None  # still a node: evaluating it again raises again
+    with pytest.raises(ValueError):
+        bad.tolist()
+
+
+def test_kernel_memory_error_names_the_node():
+    from lazyx.errors import OutOfMemoryError
+    x = mx.array(np.zeros((3, 4), np.float32))
+    y = lazy(x.shape, x.dtype, Exhausting(mx.default_stream(mx.cpu)), (counting(x),))
+    with pytest.raises(OutOfMemoryError, match=r"Exhausting.*\(3, 4\).*no room"):
+        mx.eval(y)
+
+
+def test_retained_graph_under_grad():
+    x = mx.array([0.5, 1.5, 2.0])
+    f = lambda v: mx.sum(mx.exp(v) * v + mx.sin(v))  # noqa: E731
+    g = mx.grad(f)(x)
+    xv = np.array([0.5, 1.5, 2.0])
+    np.testing.assert_allclose(np.asarray(g), np.exp(xv) * (xv + 1) + np.cos(xv), rtol=1e-5)
+
+
+def test_small_ufunc_kernels_give_numpy_results():
+    a = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    b = np.linspace(0.5, 3, 4, dtype=np.float32)
+    x, y = mx.array(a), mx.array(b)
+    np.testing.assert_allclose(np.asarray(x * y + x), a * b + a, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(mx.exp(x)), np.exp(a), rtol=1e-6)
+    with mx.use_backend("cpu", "cpu-reference"):
+        np.testing.assert_allclose(np.asarray(x - y), a - b, rtol=1e-6)
+    big = np.linspace(0, 1, 1 << 17, dtype=np.float32)  # above the generated kernels' limit
+    np.testing.assert_allclose(np.asarray(mx.array(big) * 3 + 1), big * 3 + 1, rtol=1e-6)
+
+
+def test_node_inputs_may_be_a_list():
+    x = mx.array([1.0, 2.0])
+    y = lazy(x.shape, x.dtype, Counting(mx.default_stream(mx.cpu)), [x])
+    assert y.tolist() == [2.0, 3.0]
+
+
+def test_native_and_python_build_the_same_nodes(loop):
+    from lazyx import array as array_module
+    from lazyx.plugins.elementwise import Add
+    if array_module.native is None:
+        pytest.skip("lazyx._graph is not built")
+    s = mx.default_stream(mx.cpu)
+    x = mx.array([1.0, 2.0])
+    for make in (lambda: array_module.native.lazy((2,), x.dtype, Add(s), (x, x)),
+                 lambda: array_module.native.node(Add, s, (2,), x.dtype, (x, x)),
+                 lambda: array_module.py_lazy((2,), x.dtype, Add(s), (x, x))):
+        y = make()
+        assert type(y) is mx.array and type(y._prim) is Add and y._prim.stream is s
+        assert y._inputs == (x, x) and y._data is None and y._siblings is None
+        assert y.shape == (2,) and y.dtype == mx.float32 and y.tolist() == [2.0, 4.0]
+    with pytest.raises(TypeError, match="node"):
+        array_module.native.node(int, s, (2,), x.dtype, (x,))
+    bad = array_module.native.lazy((2,), x.dtype, Add(s), (x, np.ones(2)))
+    with pytest.raises(TypeError if loop == "native" else AttributeError,
+                       match="not a lazyx array" if loop == "native" else "_data"):
+        mx.eval(bad)
+
+
+def _random_graph(draw_ops, seed):
+    """A random DAG of element-wise ops and two-output nodes over three leaves."""
+    rng = np.random.default_rng(seed)
+    leaves = [mx.array(rng.uniform(0.5, 1.5, 4).astype(np.float32)) for _ in range(3)]
+    ref = [np.asarray(v).astype(np.float64) for v in leaves]
+    nodes, vals = list(leaves), list(ref)
+    for op in draw_ops:
+        i, j = rng.integers(0, len(nodes), 2)
+        if op == 0:
+            nodes.append(nodes[i] + nodes[j]); vals.append(vals[i] + vals[j])
+        elif op == 1:
+            nodes.append(nodes[i] * 0.5); vals.append(vals[i] * 0.5)
+        else:
+            a, b = lazy_multi([(4,), (4,)], [mx.float32, mx.float32],
+                              Split2(mx.default_stream(mx.cpu)), (nodes[i],))
+            nodes += [a, b]; vals += [vals[i] + 1, vals[i] * 2]
+    return nodes, vals
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=1, max_size=30), st.integers(0, 2**31))
+def test_walk_order_and_values_match_the_reference(ops, seed):
+    from lazyx import scheduler
+    nodes, vals = _random_graph(ops, seed)
+    roots = nodes[-3:]
+    if scheduler._native is not None:
+        assert scheduler._native.unevaluated_order(roots) == scheduler.unevaluated_order(roots)
+    mx.eval(roots)
+    for n, v in zip(nodes, vals):
+        np.testing.assert_allclose(np.asarray(n), v, rtol=1e-5)

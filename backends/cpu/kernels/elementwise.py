@@ -37,15 +37,22 @@ def _in_float32(fn):
 
 # The ufunc stays readable (``.ufunc``): the cpu backend's size check in front of a
 # generated kernel calls it directly, so a small op costs no extra call (compiled.py).
+# ``small_ufunc`` tells the scheduler's native loop that the kernel is that ufunc at
+# every size (lazyx.backend.Backend), so it calls the ufunc without this lambda.
+_ANY_SIZE = 1 << 62
+
+
 def _unary(ufunc):
     kernel = lambda p, ins: ufunc(ins[0])  # noqa: E731
-    kernel.ufunc = ufunc
+    kernel.ufunc = kernel.small_ufunc = ufunc
+    kernel.small_limit = _ANY_SIZE
     return kernel
 
 
 def _binary(ufunc):
     kernel = lambda p, ins: ufunc(ins[0], ins[1])  # noqa: E731
-    kernel.ufunc = ufunc
+    kernel.ufunc = kernel.small_ufunc = ufunc
+    kernel.small_limit = _ANY_SIZE
     return kernel
 
 

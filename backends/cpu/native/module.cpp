@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL lazyx_native_ARRAY_API  // shared with small.cpp
 #include <numpy/arrayobject.h>
 
 #include <cstdint>
@@ -290,4 +291,5 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
   lazyx::bind_fast(m);
   lazyx::bind_quantized(m);
   lazyx::bind_matmuls(m);
+  lazyx::bind_small(m);
 }

@@ -18,4 +18,5 @@ void bind_conv(nanobind::module_& m);
 void bind_fast(nanobind::module_& m);
 void bind_quantized(nanobind::module_& m);
 void bind_matmuls(nanobind::module_& m);
+void bind_small(nanobind::module_& m);
 }  // namespace lazyx

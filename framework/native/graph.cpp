@@ -1,0 +1,455 @@
+// lazyx._graph: the per-operation hot path of the core, in C++ (issue 16, item 1).
+//
+// Every op builds one node (`lazy`) and every evaluation walks the graph
+// (`unevaluated_order`) and runs its nodes (`run`). In Python those three cost about
+// 1.5 µs per operation on a small machine, more than NumPy's own ufunc call; here they
+// cost a few tens of nanoseconds. They do exactly what the Python versions in
+// lazyx/array.py and lazyx/scheduler.py do — those remain the reference, run where this
+// module is not built, and the tests check that both give the same graphs and results.
+//
+// How it is fast:
+// * The array's attributes are __slots__: `setup` reads each slot's offset from its
+//   member descriptor once, and the functions below read and write the slots at those
+//   offsets (with the same reference counting CPython's member descriptors do), after
+//   checking that the object is an array.
+// * The functions are METH_FASTCALL (vectorcall) functions added to the nanobind
+//   module, so a call costs no argument tuple or keyword parsing.
+// * The common case of a node is handled here: a kernel that returns one NumPy array of
+//   the promised shape and dtype. Everything else (several outputs, a device buffer, a
+//   wrong output) goes to the Python function `finish` that the scheduler passes in, so
+//   there is one implementation of the rare and error paths.
+//
+// Nothing here owns state beyond the offsets and the interned attribute names.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <nanobind/nanobind.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+PyTypeObject* g_array = nullptr;  // lazyx.array.array (a strong reference)
+Py_ssize_t off_shape = -1, off_dtype = -1, off_data = -1, off_prim = -1, off_inputs = -1,
+           off_siblings = -1;
+PyTypeObject* g_primitive = nullptr;  // lazyx.primitive.Primitive
+Py_ssize_t off_stream = -1;
+PyObject* s_stream = nullptr;  // interned "stream", "kind", "np", "small_ufunc", "small_limit"
+PyObject* s_kind = nullptr;
+PyObject* s_np = nullptr;
+PyObject* s_small_ufunc = nullptr;
+PyObject* s_small_limit = nullptr;
+PyObject* s_small_native = nullptr;
+
+// What a kernel declares for small inputs (lazyx.backend.Backend docs, "small_ufunc"):
+// for inputs that are all NumPy arrays of fewer than `limit` elements, the kernel is
+// `ufunc(*inputs)`, which run() then calls directly. Keyed by the kernel, which the
+// cache keeps alive (so an address is never reused while it is a key).
+// A kernel may also carry `small_native`, a PyCapsule "lazyx.small_kernel" of a C
+// function that runs small inputs without the ufunc's dispatch (or declines: nullptr
+// with no error set); see backends/cpu/native/small.cpp.
+using SmallFn = PyObject* (*)(PyObject* const*, Py_ssize_t);
+struct Small {
+    PyObject* ufunc;  // nullptr: the kernel declares nothing
+    npy_intp limit;
+    SmallFn native;   // nullptr: none
+};
+std::unordered_map<PyObject*, Small> g_small;
+
+const Small& small_of(PyObject* kernel) {
+    auto it = g_small.find(kernel);
+    if (it != g_small.end()) return it->second;
+    if (g_small.size() > 4096) {  // backends swapped many times: start again
+        for (auto& kv : g_small) { Py_DECREF(kv.first); Py_XDECREF(kv.second.ufunc); }
+        g_small.clear();
+    }
+    Small info{nullptr, 0, nullptr};
+    PyObject* u = PyObject_GetAttr(kernel, s_small_ufunc);
+    PyObject* l = u ? PyObject_GetAttr(kernel, s_small_limit) : nullptr;
+    if (u && l && u != Py_None && PyLong_Check(l)) {
+        info.ufunc = u;
+        info.limit = static_cast<npy_intp>(PyLong_AsSsize_t(l));
+        u = nullptr;
+        PyObject* cap = PyObject_GetAttr(kernel, s_small_native);
+        if (cap != nullptr && PyCapsule_IsValid(cap, "lazyx.small_kernel"))
+            info.native = reinterpret_cast<SmallFn>(PyCapsule_GetPointer(cap, "lazyx.small_kernel"));
+        Py_XDECREF(cap);  // the kernel's attribute keeps the capsule (and its module) alive
+    }
+    PyErr_Clear();
+    Py_XDECREF(u);
+    Py_XDECREF(l);
+    Py_INCREF(kernel);
+    return g_small.emplace(kernel, info).first->second;
+}
+
+inline PyObject*& slot(PyObject* o, Py_ssize_t off) {
+    return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + off);
+}
+
+// Set a slot, dropping the old value (as a member descriptor's setter does).
+inline void set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
+    PyObject* old = slot(o, off);
+    Py_XINCREF(v);
+    slot(o, off) = v;
+    Py_XDECREF(old);
+}
+
+inline bool is_array(PyObject* o) { return PyObject_TypeCheck(o, g_array); }
+
+bool ready() {
+    if (g_array == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "lazyx._graph.setup(array) was not called.");
+        return false;
+    }
+    return true;
+}
+
+Py_ssize_t slot_offset(PyObject* type, const char* name) {
+    PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(type)->tp_dict, name);
+    if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type) {
+        PyErr_Format(PyExc_TypeError, "lazyx._graph.setup: %R has no slot %s.", type, name);
+        return -1;
+    }
+    PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
+    if (m->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "lazyx._graph.setup: slot %s is not an object slot.", name);
+        return -1;
+    }
+    return m->offset;
+}
+
+// setup(array_type, primitive_type): read the slot offsets of lazyx.array.array and
+// lazyx.primitive.Primitive.
+PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup(array_type, primitive_type)");
+        return nullptr;
+    }
+    Py_ssize_t ps = slot_offset(args[1], "stream");
+    if (ps < 0) return nullptr;
+    PyObject* t = args[0];
+    Py_ssize_t offs[6];
+    const char* names[6] = {"_shape", "_dtype", "_data", "_prim", "_inputs", "_siblings"};
+    for (int i = 0; i < 6; ++i)
+        if ((offs[i] = slot_offset(t, names[i])) < 0) return nullptr;
+    Py_INCREF(t);
+    Py_XDECREF(reinterpret_cast<PyObject*>(g_array));
+    g_array = reinterpret_cast<PyTypeObject*>(t);
+    off_shape = offs[0]; off_dtype = offs[1]; off_data = offs[2];
+    off_prim = offs[3]; off_inputs = offs[4]; off_siblings = offs[5];
+    Py_INCREF(args[1]);
+    Py_XDECREF(reinterpret_cast<PyObject*>(g_primitive));
+    g_primitive = reinterpret_cast<PyTypeObject*>(args[1]);
+    off_stream = ps;
+    Py_RETURN_NONE;
+}
+
+// lazy(shape, dtype, prim, inputs) -> a new unevaluated array (lazyx.array.lazy).
+PyObject* lazy(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 4) {
+        PyErr_SetString(PyExc_TypeError, "lazy(shape, dtype, prim, inputs) takes 4 arguments.");
+        return nullptr;
+    }
+    PyObject* a = g_array->tp_alloc(g_array, 0);
+    if (a == nullptr) return nullptr;
+    Py_INCREF(args[0]); slot(a, off_shape) = args[0];
+    Py_INCREF(args[1]); slot(a, off_dtype) = args[1];
+    Py_INCREF(Py_None); slot(a, off_data) = Py_None;
+    Py_INCREF(args[2]); slot(a, off_prim) = args[2];
+    Py_INCREF(args[3]); slot(a, off_inputs) = args[3];
+    Py_INCREF(Py_None); slot(a, off_siblings) = Py_None;
+    return a;
+}
+
+// node(cls, stream, shape, dtype, inputs) -> lazy(shape, dtype, cls(stream), inputs), for
+// a primitive class without parameters or an __init__ of its own (the op functions
+// check that once), whose instance is then just its stream.
+PyObject* node(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 5 || !PyType_Check(args[0]) ||
+        !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[0]), g_primitive)) {
+        PyErr_SetString(PyExc_TypeError, "node(primitive_class, stream, shape, dtype, inputs)");
+        return nullptr;
+    }
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(args[0]);
+    PyObject* p = cls->tp_alloc(cls, 0);
+    if (p == nullptr) return nullptr;
+    Py_INCREF(args[1]);
+    slot(p, off_stream) = args[1];
+    PyObject* lazy_args[4] = {args[2], args[3], p, args[4]};
+    PyObject* a = lazy(nullptr, lazy_args, 4);
+    Py_DECREF(p);
+    return a;
+}
+
+inline bool unevaluated(PyObject* a) { return slot(a, off_data) == Py_None; }
+
+// A node's inputs: a tuple (what op functions give) or a list; anything else is refused.
+inline bool inputs_of(PyObject* a, Py_ssize_t* m, PyObject*** items) {
+    PyObject* ins = slot(a, off_inputs);
+    if (PyTuple_Check(ins) || PyList_Check(ins)) {
+        *m = PySequence_Fast_GET_SIZE(ins);
+        *items = PySequence_Fast_ITEMS(ins);
+        return true;
+    }
+    PyErr_Format(PyExc_TypeError, "lazyx scheduler: a node's inputs must be a tuple of arrays, "
+                 "got %R (from lazyx.extend.lazy).", Py_TYPE(ins));
+    return false;
+}
+
+// unevaluated_order(roots) -> the unevaluated nodes the roots depend on, inputs
+// first, each once (one array stands for a multi-output node). Iterative.
+PyObject* unevaluated_order(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 1) {
+        PyErr_SetString(PyExc_TypeError, "unevaluated_order(roots)");
+        return nullptr;
+    }
+    PyObject* seq = PySequence_Fast(args[0], "unevaluated_order: roots must be a sequence");
+    if (seq == nullptr) return nullptr;
+    PyObject* order = PyList_New(0);
+    if (order == nullptr) { Py_DECREF(seq); return nullptr; }
+    std::unordered_set<PyObject*> seen;
+    std::vector<std::pair<PyObject*, Py_ssize_t>> stack;
+    Py_ssize_t nr = PySequence_Fast_GET_SIZE(seq);
+    PyObject** roots = PySequence_Fast_ITEMS(seq);
+    auto bad = [&](PyObject* o) {
+        PyErr_Format(PyExc_TypeError, "lazyx scheduler: %R is not a lazyx array.", Py_TYPE(o));
+        Py_DECREF(seq);
+        Py_DECREF(order);
+        return nullptr;
+    };
+    for (Py_ssize_t r = 0; r < nr; ++r) {
+        PyObject* root = roots[r];
+        if (!is_array(root)) return bad(root);
+        if (!unevaluated(root) || seen.count(root)) continue;
+        stack.emplace_back(root, 0);
+        while (!stack.empty()) {
+            auto [a, i] = stack.back();
+            stack.pop_back();
+            Py_ssize_t m;
+            PyObject** ins;
+            if (!inputs_of(a, &m, &ins)) {
+                Py_DECREF(seq);
+                Py_DECREF(order);
+                return nullptr;
+            }
+            bool descended = false;
+            while (i < m) {
+                PyObject* x = ins[i];
+                ++i;
+                if (!is_array(x)) return bad(x);
+                if (unevaluated(x) && !seen.count(x)) {
+                    stack.emplace_back(a, i);
+                    stack.emplace_back(x, 0);
+                    descended = true;
+                    break;
+                }
+            }
+            if (descended) continue;
+            PyObject* sib = slot(a, off_siblings);
+            if (sib == Py_None || !PyTuple_Check(sib)) {
+                seen.insert(a);
+            } else {
+                for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(sib); ++s)
+                    seen.insert(PyTuple_GET_ITEM(sib, s));
+            }
+            if (PyList_Append(order, a) < 0) {
+                Py_DECREF(seq);
+                Py_DECREF(order);
+                return nullptr;
+            }
+        }
+    }
+    Py_DECREF(seq);
+    return order;
+}
+
+// Whether NumPy array `out` has exactly `shape` (a tuple of ints) and the dtype `want`.
+inline bool matches(PyObject* out, PyObject* shape, PyObject* want) {
+    PyArrayObject* o = reinterpret_cast<PyArrayObject*>(out);
+    int nd = PyArray_NDIM(o);
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) != nd) return false;
+    npy_intp* dims = PyArray_DIMS(o);
+    for (int d = 0; d < nd; ++d) {
+        PyObject* v = PyTuple_GET_ITEM(shape, d);
+        if (!PyLong_CheckExact(v)) return false;
+        int overflow = 0;
+        long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || s != static_cast<long long>(dims[d])) return false;
+    }
+    PyObject* descr = reinterpret_cast<PyObject*>(PyArray_DESCR(o));
+    if (descr == want) return true;
+    int eq = PyObject_RichCompareBool(descr, want, Py_EQ);
+    if (eq < 0) { PyErr_Clear(); return false; }
+    return eq == 1;
+}
+
+// run(order, tables, keep, check, finish, failed): run the nodes of `order` (from
+// unevaluated_order) in order, as lazyx.scheduler.eval_arrays's loop does.
+//   tables  the dispatch tables indexed by Stream.kind (lazyx.backend.dispatch_tables)
+//   keep    whether the graph is retained (then `finish` does the bookkeeping)
+//   check   None, or check(prim, a) run after each kernel (the tests' shape-rule check)
+//   finish  finish(prim, a, out) for every node this loop does not finish itself
+//   failed  a one-element list: the node whose kernel raised is stored there
+PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 6 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "run(order, tables, keep, check, finish, failed)");
+        return nullptr;
+    }
+    PyObject* order = args[0];
+    PyObject* tables = args[1];
+    int keep = PyObject_IsTrue(args[2]);
+    if (keep < 0) return nullptr;
+    PyObject* check = args[3] == Py_None ? nullptr : args[3];
+    PyObject* finish = args[4];
+    PyObject* failed = args[5];
+    Py_ssize_t count = PyList_GET_SIZE(order);
+    for (Py_ssize_t k = 0; k < count; ++k) {
+        PyObject* a = PyList_GET_ITEM(order, k);  // take the walk's reference
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(order, k, Py_None);
+        PyObject* prim = slot(a, off_prim);
+        if (prim == Py_None || prim == nullptr) {  // a sibling evaluated it already
+            Py_DECREF(a);
+            continue;
+        }
+        Py_INCREF(prim);
+        PyObject* out = nullptr;
+        PyObject* kernel = nullptr;
+        PyObject* ins_data = nullptr;
+        {
+            // kernel = tables[prim.stream.kind][type(prim)]
+            PyObject* stream = PyObject_GetAttr(prim, s_stream);
+            PyObject* kind = stream ? PyObject_GetAttr(stream, s_kind) : nullptr;
+            Py_XDECREF(stream);
+            PyObject* table = kind ? PyObject_GetItem(tables, kind) : nullptr;
+            Py_XDECREF(kind);
+            if (table != nullptr) {
+                PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(prim));
+                kernel = PyDict_Check(table) ? PyDict_GetItemWithError(table, cls) : nullptr;
+                if (kernel != nullptr) Py_INCREF(kernel);
+                else if (!PyErr_Occurred()) kernel = PyObject_GetItem(table, cls);  // __missing__
+                Py_DECREF(table);
+            }
+        }
+        Py_ssize_t m = 0;
+        PyObject** ins = nullptr;
+        if (kernel != nullptr && !inputs_of(a, &m, &ins)) Py_CLEAR(kernel);
+        if (kernel != nullptr && m <= 3) {
+            const Small& sm = small_of(kernel);
+            if (sm.ufunc != nullptr) {
+                PyObject* data[3];
+                bool small = true;
+                for (Py_ssize_t i = 0; i < m && small; ++i) {
+                    data[i] = slot(ins[i], off_data);
+                    small = PyArray_CheckExact(data[i]) &&
+                            PyArray_SIZE(reinterpret_cast<PyArrayObject*>(data[i])) < sm.limit;
+                }
+                if (small) {
+                    if (sm.native != nullptr) out = sm.native(data, m);
+                    if (out == nullptr && !PyErr_Occurred())
+                        out = PyObject_Vectorcall(sm.ufunc, data, m, nullptr);
+                    Py_CLEAR(kernel);
+                    if (out == nullptr) {
+                        PyList_SetItem(failed, 0, a);
+                        Py_DECREF(prim);
+                        return nullptr;
+                    }
+                }
+            }
+        }
+        if (kernel != nullptr) {
+            ins_data = PyList_New(m);
+            if (ins_data != nullptr) {
+                for (Py_ssize_t i = 0; i < m; ++i) {
+                    PyObject* d = slot(ins[i], off_data);
+                    Py_INCREF(d);
+                    PyList_SET_ITEM(ins_data, i, d);
+                }
+                PyObject* call[2] = {prim, ins_data};
+                out = PyObject_Vectorcall(kernel, call, 2, nullptr);
+                Py_DECREF(ins_data);
+            }
+            Py_DECREF(kernel);
+        }
+        if (out != nullptr && check != nullptr) {
+            PyObject* call[2] = {prim, a};
+            PyObject* r = PyObject_Vectorcall(check, call, 2, nullptr);
+            if (r == nullptr) Py_CLEAR(out);
+            else Py_DECREF(r);
+        }
+        if (out == nullptr) {
+            PyList_SetItem(failed, 0, a);  // steals the walk's reference
+            Py_DECREF(prim);
+            return nullptr;
+        }
+        bool done = false;
+        if (!keep && slot(a, off_siblings) == Py_None && PyArray_CheckExact(out)) {
+            PyObject* want = PyObject_GetAttr(slot(a, off_dtype), s_np);
+            if (want == nullptr) {
+                PyErr_Clear();
+            } else {
+                done = matches(out, slot(a, off_shape), want);
+                Py_DECREF(want);
+            }
+            if (done) {
+                PyObject* old = slot(a, off_data);
+                slot(a, off_data) = out;  // takes the reference
+                Py_XDECREF(old);
+                set_slot(a, off_prim, Py_None);
+                set_slot(a, off_inputs, Py_None);
+            }
+        }
+        if (!done) {
+            PyObject* call[3] = {prim, a, out};
+            PyObject* r = PyObject_Vectorcall(finish, call, 3, nullptr);
+            Py_DECREF(out);
+            if (r == nullptr) {
+                PyList_SetItem(failed, 0, a);
+                Py_DECREF(prim);
+                return nullptr;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(prim);
+        Py_DECREF(a);
+    }
+    Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setup)), METH_FASTCALL,
+     "setup(array_type): read the slot offsets of lazyx's array class."},
+    {"lazy", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(lazy)), METH_FASTCALL,
+     "lazy($module, shape, dtype, prim, inputs, /)\n--\n\n"
+     "A new unevaluated array: output of ``prim`` applied to ``inputs``.\n\n"
+     "This is how op functions add a node to the graph; ``shape`` and ``dtype`` are\n"
+     "what the op function computed (the shape rule and MLX's dtype rules); ``inputs``\n"
+     "is a tuple of arrays."},
+    {"node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(node)), METH_FASTCALL,
+     "node(primitive_class, stream, shape, dtype, inputs) -> a new unevaluated array."},
+    {"unevaluated_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(unevaluated_order)),
+     METH_FASTCALL, "unevaluated_order(roots) -> the unevaluated nodes, inputs first."},
+    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
+     "run(order, tables, keep, check, finish, failed): run the nodes of order."},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+
+NB_MODULE(_graph, m) {
+    if (_import_array() < 0) throw nanobind::python_error();
+    s_stream = PyUnicode_InternFromString("stream");
+    s_kind = PyUnicode_InternFromString("kind");
+    s_np = PyUnicode_InternFromString("np");
+    s_small_ufunc = PyUnicode_InternFromString("small_ufunc");
+    s_small_limit = PyUnicode_InternFromString("small_limit");
+    s_small_native = PyUnicode_InternFromString("small_native");
+    if (PyModule_AddFunctions(m.ptr(), methods) < 0) throw nanobind::python_error();
+}
