@@ -18,6 +18,8 @@ Commands (``lazyx --help``; ``lazyx --version`` prints the package version):
   builds (:func:`resolve`); an unknown NAME is an error with close matches.
 * ``lazyx cache [clear]``: where the kernel cache is, its size and entry count;
   ``clear`` empties it.
+* ``lazyx launch [-n N] [--hostfile F] SCRIPT ...``: ``python -m lazyx.launch``, the
+  launcher of distributed programs (:mod:`lazyx.launch`).
 
 Flow: each command gathers its facts into plain data (:func:`info_data`,
 :func:`kernels_data`); the text and ``--json`` outputs are two renderings of that
@@ -52,7 +54,7 @@ def info_data(env: bool = False) -> dict:
       available (null when it is), ``active`` is true only for the available backend
       its device type runs on;
     * ``plugins``: ``[{"name", "distribution", "version", "error", "primitives",
-      "ops", "backends", "kernel_overrides", "refused", "kernels"}]``; ``kernels``
+      "ops", "backends", "kernel_overrides", "communication_backends", "refused", "kernels"}]``; ``kernels``
       maps each available backend to how many of the plugin's primitives it has a
       kernel for;
     * ``skipped``: ``[{"name", "distribution", "version", "reason"}]``;
@@ -95,8 +97,21 @@ def info_data(env: bool = False) -> dict:
     def served(b, classes):
         return sum(not getattr(resolve_kernel(b, c)[0], "missing", False) for c in classes)
 
+    # lazyx.core.distributed's communication backends, by plugin (their hook is read only
+    # when a group starts; asking it here imports no communication library).
+    comm: dict = {}
+    for impl in registry.plugin_manager.hook.lazyx_distributed_backends.get_hookimpls():
+        try:
+            got = impl.function() or []
+        except Exception as e:  # a broken hook: info reports it instead of failing
+            got = [f"error: {type(e).__name__}: {e}"]
+        comm[impl.plugin_name] = [
+            b if isinstance(b, str) else
+            f"{b.name} ({b.device}: {'available' if b.is_available() else 'not available'})"
+            for b in got]
     data["plugins"] = [{
         "name": name, "distribution": p.distribution, "version": p.version,
+        "communication_backends": comm.get(name, []),
         "error": None if p.error is None else f"{type(p.error).__name__}: {p.error}",
         "primitives": [c.name for c in p.primitives], "ops": list(p.ops),
         "backends": list(p.backends),
@@ -168,6 +183,8 @@ def info(out=None, env: bool = False, as_json: bool = False) -> None:
                          + ", ".join(p["backends"]))
         if p["kernel_overrides"]:
             parts.append(_plural(len(p["kernel_overrides"]), "kernel override"))
+        if p["communication_backends"]:
+            parts.append("communication backend " + ", ".join(p["communication_backends"]))
         w(f"  {label}: {'; '.join(parts) or 'nothing registered'}\n")
         if p["primitives"]:
             n = len(p["primitives"])
@@ -467,6 +484,12 @@ def main(argv=None) -> int:
                    help="JSON for scripts (keys: lazyx.cli.kernels_data)")
     c = sub.add_parser("cache", help="the kernel cache: location, size, entries; `clear` empties it")
     c.add_argument("action", nargs="?", choices=["clear"], help="clear: delete every entry")
+    sub.add_parser("launch", add_help=False,
+                   help="start a distributed program on N processes (python -m lazyx.launch)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"]:  # its options are lazyx.launch's own, the script's after it
+        from lazyx import launch  # only this command starts processes
+        return launch.main(argv[1:])
     args = parser.parse_args(argv)
     from lazyx.errors import LazyxError  # the console script's own import, as argparse
     try:

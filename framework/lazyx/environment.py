@@ -69,6 +69,7 @@ _SWITCH = ("1", "0", "true", "false", "yes", "no", "on", "off")
 ON = ("1", "true", "yes", "on")
 _JIT = "framework/lazyx/codegen/jit.py"
 _REGISTRY = "framework/lazyx/registry.py"
+_DIST = "backends/distributed/__init__.py"
 
 #: Every environment variable lazyx reads, by name.
 VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
@@ -164,6 +165,39 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "`1`: enable the Metal backend on a Mac (it runs plugins' MSL kernels only, so "
         "it is opt-in); another value is a warning (then `0`).",
         ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
+    *[EnvironmentVariable(
+        name, "unset", f"{what}, as set by {who}; `lazyx.core.distributed` "
+        f"reads the first pair set (`LAZYX_*`, `OMPI_COMM_WORLD_*`, `PMI_*`, then `RANK` and "
+        f"`WORLD_SIZE`). A rank outside `[0, size)` is a `DistributedError`.",
+        (_DIST,), number=number)
+      for name, what, who, number in [
+          ("LAZYX_RANK", "This process's rank", "`lazyx.launch`", "a rank (0, 1, ...)"),
+          ("LAZYX_WORLD_SIZE", "The number of processes", "`lazyx.launch`", "a count"),
+          ("OMPI_COMM_WORLD_RANK", "This process's rank", "Open MPI's `mpirun`",
+           "a rank (0, 1, ...)"),
+          ("OMPI_COMM_WORLD_SIZE", "The number of processes", "Open MPI's `mpirun`", "a count"),
+          ("PMI_RANK", "This process's rank", "a PMI launcher (MPICH, Slurm)",
+           "a rank (0, 1, ...)"),
+          ("PMI_SIZE", "The number of processes", "a PMI launcher (MPICH, Slurm)", "a count"),
+          ("RANK", "This process's rank", "`torchrun`", "a rank (0, 1, ...)"),
+          ("WORLD_SIZE", "The number of processes", "`torchrun`", "a count")]],
+    EnvironmentVariable(
+        "LAZYX_DIST_ADDR", "unset: the `nccl` backend exchanges its id over MPI, or (one "
+        "process) needs none",
+        "`host:port` where rank 0 of a world started without MPI listens, so the `nccl` "
+        "backend's processes exchange NCCL's unique id (set by `lazyx.launch`).",
+        ("backends/distributed/nccl.py",)),
+    EnvironmentVariable(
+        "LAZYX_DIST_TIMEOUT", "300",
+        "Seconds the `nccl` backend's processes wait for each other at the `LAZYX_DIST_ADDR` "
+        "rendezvous before a `DistributedError`.",
+        ("backends/distributed/nccl.py",), number="a time in seconds"),
+    EnvironmentVariable(
+        "LAZYX_DIST_CHECK", "unset: collectives are not checked across processes",
+        "`1` (or `true`, `yes`, `on`): before each collective the `mpi` backend checks that "
+        "every process calls the same op with the same shape and dtype (one more small "
+        "collective each: for debugging), and raises naming each rank's shape and dtype.",
+        ("backends/distributed/mpi.py",), _SWITCH),
 ]}
 
 

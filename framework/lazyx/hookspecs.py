@@ -92,6 +92,17 @@ def lazyx_kernels():
 
 
 @hookspec
+def lazyx_distributed_backends():
+    """Return communication backends of ``lazyx.core.distributed``:
+    :class:`lazyx.backends.distributed.CommunicationBackend` instances (a ``name``,
+    the ``device`` type they serve, ``is_available()``, ``unavailable_reason()`` and
+    ``init(strict)`` returning a ``Communicator``). ``distributed.init(backend=name)``
+    starts one; ``backend="any"`` tries them in turn. Read when ``init`` is first
+    called, not when plugins load.
+    """
+
+
+@hookspec
 def lazyx_examples():
     """Return example uses of primitives, for the registry-wide transform test.
 

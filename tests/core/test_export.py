@@ -209,14 +209,18 @@ def test_unknown_primitive_in_another_process(tmp_path):
 from lazyx.transforms.compile import CompiledCall, CompileInput  # noqa: E402
 from lazyx.transforms.fusion import Compiled  # noqa: E402
 
+from lazyx.plugins import distributed as _distributed  # noqa: E402
+
 EXAMPLES = registry.examples()
 # TraceInput is an identity that export leaves out (see _trace); Placeholder never stays in
 # a graph; compiled functions are inlined (CompiledCall and its CompileInput leave no node);
 # CustomTransforms holds Python functions, which no file can hold (as in MLX); a fused
 # Compiled node holds a codegen Program (export stores the unfused graph of a compiled
 # function instead, so only a hand-fused graph meets this).
+# The collectives of lazyx.core.distributed hold their process group (a live
+# communicator), which no file can hold either.
 NOT_IN_FILES = {TraceInput, Placeholder, CompiledCall, CompileInput}
-UNEXPORTABLE = {CustomTransforms, Compiled}
+UNEXPORTABLE = {CustomTransforms, Compiled, *_distributed.PRIMITIVES}
 PRIMITIVES = sorted(EXAMPLES, key=lambda c: (registry.primitives[c].name, c.name))
 
 

@@ -1,6 +1,6 @@
 """Every public name of MLX 0.32.2 exists in lazyx, or is allowed to be missing here with
 a reason: ``dir()`` of ``mlx.core``, its ``linalg``, ``fft``, ``random``, ``metal`` and
-``cuda`` namespaces and of ``mlx.core.array``, diffed against lazyx's.
+``cuda`` and ``distributed`` namespaces and of ``mlx.core.array``, diffed against lazyx's.
 
 The allow-list shrinks as work lands: "planned: issue N" for later issues, "being
 built" for areas in progress. A name in the list that lazyx now has fails the test too,
@@ -16,10 +16,8 @@ pytestmark = requires_mlx
 
 #: {module: {name: reason}}: MLX names lazyx may lack for now.
 ALLOWED = {
-    "": {
-        "distributed": "planned: issue 18 (collectives)",
-    },
-    "linalg": {}, "fft": {}, "fast": {}, "random": {}, "metal": {}, "cuda": {},
+    "": {},
+    "linalg": {}, "fft": {}, "fast": {}, "random": {}, "metal": {}, "cuda": {}, "distributed": {},
     "array": {},
 }
 

@@ -122,10 +122,24 @@ def test_fully_sharded_module():
     assert half.module.weight.dtype == mx.float32  # only the call sees the cast
 
 
-def test_group_of_several_processes_is_refused():
-    class Two:
+def test_shards_of_a_group_of_several_processes():
+    """The rank's slice of each parameter (no collective is needed to cut them; the
+    layers across processes are tests/distributed/test_nn_distributed.py's)."""
+    class Rank1of2:
         def size(self):
             return 2
 
-    with pytest.raises(ArgumentError, match=r"\[AllToShardedLinear\] a group of 2 processes"):
-        nn.AllToShardedLinear(4, 4, group=Two())
+        def rank(self):
+            return 1
+
+    lin = nn.Linear(6, 4)
+    w, b = np.array(lin.weight), np.array(lin.bias)
+    a = nn.AllToShardedLinear.from_linear(lin, group=Rank1of2())
+    np.testing.assert_array_equal(np.array(a.weight), w[2:])
+    np.testing.assert_array_equal(np.array(a.bias), b[2:])
+    s = nn.ShardedToAllLinear.from_linear(lin, group=Rank1of2())
+    np.testing.assert_array_equal(np.array(s.weight), w[:, 3:])
+    np.testing.assert_array_equal(np.array(s.bias), b)
+    with pytest.raises(ArgumentError, match=r"\[AllToShardedLinear\] cannot shard the output of "
+                                            r"size 5 across 2 processes"):
+        nn.AllToShardedLinear(4, 5, group=Rank1of2())

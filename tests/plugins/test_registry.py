@@ -35,6 +35,8 @@ NO_STREAM |= {"save", "savez", "savez_compressed", "save_safetensors", "save_ggu
 NO_STREAM |= {"einsum_path", "depends"}
 # Custom-kernel factories (MLX's): the kernel they return takes stream=.
 NO_STREAM |= {"fast.cuda_kernel", "fast.metal_kernel"}
+# Starting the distributed group (MLX's init and is_available take no stream either).
+NO_STREAM |= {"distributed.init", "distributed.is_available"}
 NO_STREAM |= {"cuda.is_available"} | {"metal." + n for n in (
     "is_available", "device_info", "start_capture", "stop_capture", "get_active_memory",
     "get_peak_memory", "reset_peak_memory", "get_cache_memory", "clear_cache",

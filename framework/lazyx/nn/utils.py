@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import lazyx.core as mx
 from lazyx.errors import ArgumentError
-from lazyx.utils import tree_map_with_path
+from lazyx.utils import tree_flatten, tree_map, tree_map_with_path, tree_unflatten
 
 from .layers.base import Module
 
@@ -90,25 +90,62 @@ def average_gradients(
 ) -> Any:
     """Average a gradient tree over the processes of a distributed group.
 
-    lazyx runs as a single process until its distributed pack exists: the average over
-    one process is the gradients themselves, returned unchanged.
+    Small arrays are sent together: the tree's arrays, in ``tree_flatten`` order, are
+    gathered into batches of one dtype, a batch closing once it holds at least
+    ``all_reduce_size`` bytes (an array at least that big travels alone); each batch is
+    flattened into one buffer, ``all_sum``-med once and divided by the group's size, then
+    cut back into the arrays. One collective per batch instead of one per array is what
+    makes a model of many small parameters cheap to synchronise. An integer array's
+    average is floating point (the sum divided by the size), as in MLX.
 
     Args:
-        gradients (Any): A tree of arrays.
+        gradients (Any): A tree of arrays, of the same structure on every process.
         group (optional): The process group. Default: the global group.
-        all_reduce_size (int): Bytes per fused all-reduce (used with several processes).
-        communication_stream (optional): The stream for the communication.
+        all_reduce_size (int): The bytes at which a batch closes; ``<= 0`` sends every
+            array on its own. Default: 32 MiB.
+        communication_stream (optional): The stream of the ``all_sum`` calls. Default:
+            the backend's.
 
     Returns:
-        The averaged tree.
+        The averaged tree (the same tree, unchanged, for a group of one process).
     """
-    size = group.size() if group is not None and hasattr(group, "size") else 1
-    if size == 1:
+    group = mx.distributed.init() if group is None else group
+    n = group.size()
+    if n == 1:
         return gradients
-    raise ArgumentError(
-        f"average_gradients: a group of {size} processes needs lazyx's distributed pack, "
-        "which is not available yet; run single-process"
-    )
+
+    def mean(x):
+        return mx.distributed.all_sum(x, group=group, stream=communication_stream) / n
+
+    if all_reduce_size <= 0:
+        return tree_map(mean, gradients)
+    flat = tree_flatten(gradients)
+    averaged = [None] * len(flat)
+    batches, batch, nbytes = [], [], 0
+    for i, (_, g) in enumerate(flat):
+        if batch and flat[batch[0]][1].dtype != g.dtype:
+            batches.append(batch)  # one buffer holds one dtype
+            batch, nbytes = [], 0
+        batch.append(i)
+        nbytes += g.nbytes
+        if nbytes >= all_reduce_size:
+            batches.append(batch)
+            batch, nbytes = [], 0
+    if batch:
+        batches.append(batch)
+    for batch in batches:
+        if len(batch) == 1:
+            averaged[batch[0]] = mean(flat[batch[0]][1])
+            continue
+        arrays = [flat[i][1] for i in batch]
+        buffer = mean(mx.concatenate([a.reshape(-1) for a in arrays]))
+        cuts, total = [], 0
+        for a in arrays[:-1]:
+            total += a.size
+            cuts.append(total)
+        for i, a, piece in zip(batch, arrays, mx.split(buffer, cuts)):
+            averaged[i] = piece.reshape(a.shape)
+    return tree_unflatten([(k, a) for (k, _), a in zip(flat, averaged)])
 
 
 def quantize(
