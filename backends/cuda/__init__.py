@@ -67,12 +67,15 @@ class _UploadCache:
             if dev is None:
                 if len(self._small) > 4096:
                     self._small.clear()
+                _rt.host_sync("a host buffer copied to the device")
                 dev = self._small[vkey] = _rt.cp.asarray(host)
             return dev
         key = id(host)
         hit = self._copies.get(key)
         if hit is not None and hit[0]() is host:
             return hit[1]
+        # A copy from pageable host memory waits for the work queued before it.
+        _rt.host_sync("a host buffer copied to the device")
         dev = _rt.cp.asarray(host)
         try:
             ref = weakref.ref(host, lambda _r, k=key, c=self._copies: c.pop(k, None))
@@ -144,7 +147,9 @@ class CudaBackend(Backend):
         # works and reports the NumPy kernels this backend would run through CuPy.
         if not self._loaded and self.is_available():
             from . import kernels  # imports CuPy: only once the backend is available
+            from . import graphs  # compiled calls replayed as CUDA graphs
             self.kernels.update(kernels.KERNELS)
+            self.kernels.update(graphs.KERNELS)
             self._loaded = True
 
     def find_kernel(self, cls):
@@ -193,6 +198,10 @@ class CudaBackend(Backend):
         return _rt.cp is not None and type(obj) is _rt.cp.ndarray
 
     def to_host(self, buf) -> np.ndarray:
+        if self._loaded:  # index checks queued by kernels (.kernels): reported at a read
+            from . import kernels  # loaded already (self._loaded): a dictionary lookup
+            kernels.flush_index_checks()
+        _rt.host_sync("a value read to the host")
         return buf.get()
 
     def from_host(self, data: np.ndarray):
@@ -200,6 +209,10 @@ class CudaBackend(Backend):
 
     def synchronize(self, stream) -> None:
         if _rt.cp is not None:
+            if self._loaded:
+                from . import kernels  # loaded already (self._loaded): a dictionary lookup
+                kernels.flush_index_checks()
+            _rt.host_sync("synchronize")
             _rt.cp.cuda.Device().synchronize()
 
     # -- memory -----------------------------------------------------------------------

@@ -394,9 +394,9 @@ def rope(p, ins):
     tag, view = kind
     x = cp.ascontiguousarray(x)
     # the angle tables (B or 1, T, dims / 2) are small: made on the host, as the CPU's
-    freqs = cp.asnumpy(ins[2]) if len(ins) > 2 else None
-    cos, sin = ref.rope_tables(p, x.shape, cp.asnumpy(offset), freqs, np.dtype(np.float32))
-    cos, sin = cp.asarray(np.ascontiguousarray(cos), cp.float32), cp.asarray(np.ascontiguousarray(sin), cp.float32)
+    freqs = ins[2] if len(ins) > 2 else None
+    cos, sin = ref.rope_tables(p, x.shape, offset, freqs, np.dtype(np.float32), xp=cp)
+    cos, sin = cp.ascontiguousarray(cos, cp.float32), cp.ascontiguousarray(sin, cp.float32)
     t, d = x.shape[-2], x.shape[-1]
     rows = x.size // d
     out = cp.empty(x.shape, x.dtype)

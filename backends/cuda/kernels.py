@@ -33,6 +33,8 @@ from lazyx.backends.cpu.kernels import sorting as np_sorting
 
 from lazyx.transforms.fusion import Compiled
 
+from . import gemm as _gemm
+from . import runtime as _rt
 from .runtime import CudaKernel, launch_config
 from . import rowwise
 from .compiled import compiled_kernel
@@ -230,6 +232,10 @@ def _select(p, ins):
 
 # -- products ------------------------------------------------------------------------
 def _matmul_of(a, b):
+    if _gemm.capturing:  # cuBLAS directly: CuPy refuses cuBLAS calls under capture
+        out = _gemm.matmul(a, b)
+        if out is not None:
+            return out
     try:
         return cp.matmul(a, b)
     except (TypeError, ValueError, NotImplementedError):
@@ -354,6 +360,7 @@ def _host_input(fn, *positions):
     read to decide which block to take) copied to the host; the data stays on the device."""
     def kernel(p, ins):
         ins = list(ins)
+        _rt.host_sync(f"{p.name}: reads its start indices")
         for i in positions:
             ins[i] = ins[i].get()
         return fn(p, ins)
@@ -383,40 +390,97 @@ def _dummy(shape):
                                            strides=(0,) * len(shape))
 
 
-def _extremes(arrays):
-    """The (min, max) of each non-empty integer array, read back in one transfer."""
-    live = [a for a in arrays if a.size]
-    if not live:
-        return {}
-    got = cp.stack([cp.stack([a.min().astype(cp.int64), a.max().astype(cp.int64)])
-                    for a in live]).get()
-    return {id(a): got[i] for i, a in enumerate(live)}
+class _Shapes:
+    """What an index error's message reads of the inputs (their shapes), without
+    keeping their device buffers alive until the check runs."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+# -- index bounds: checked without making the host wait ---------------------------------
+# CuPy wraps an out-of-range index silently. lazyx checks every index array's extremes:
+# a min and a max per array are computed on the device (a few small kernels) and queued
+# with a host-side check; the checks run, all together and after one transfer, the next
+# time a value is read to the host or the GPU is synchronised (flush_index_checks, called
+# by the backend there), and raise the op's IndexOutOfRangeError then. So indexing never
+# stalls the GPU queue (a training step stays asynchronous; a compiled call stays one
+# CUDA graph: backends/cuda/graphs.py re-queues the checks a replay computed), and a bad
+# index is still never silent: it is reported at the first value read after it.
+_pending: list = []      # (check(host extremes), device extremes (k, 2) int64)
+#: Checks queued before they are run anyway (one synchronisation per this many).
+MAX_PENDING = 256
+
+
+def _defer(check, ext) -> None:
+    _pending.append((check, ext))
+    if len(_pending) >= MAX_PENDING:
+        flush_index_checks()
+
+
+def flush_index_checks() -> None:
+    """Run the queued index checks (one transfer); raise the first failure."""
+    if not _pending:
+        return
+    items = _pending[:]
+    _pending.clear()
+    _rt.host_sync("index bounds checks")
+    host = cp.concatenate([e.reshape(-1) for _, e in items]).get()
+    off = 0
+    for check, e in items:
+        vals = host[off:off + e.size].reshape(e.shape)
+        off += e.size
+        check(vals)
+
+
+def pending_checks() -> list:
+    """The queued checks (for a CUDA graph's capture: they are re-queued per replay)."""
+    return _pending
+
+
+def _extremes(live):
+    """A (k, 2) int64 device array: the min and max of each non-empty integer array."""
+    return cp.stack([cp.stack([a.min().astype(cp.int64), a.max().astype(cp.int64)])
+                     for a in live])
 
 
 def _check_key(p, ins, key):
-    shape = ins[0].shape
-    arrays = [k for k in key if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"]
-    ext = _extremes(arrays)
-    if not ext:
+    live = [k for k in key if isinstance(k, cp.ndarray) and k.dtype.kind in "iu" and k.size]
+    if not live:
         return
-    for pick in (0, 1):
-        probe = tuple(np.asarray([ext[id(k)][pick]]) if id(k) in ext else
-                      (np.zeros(0, np.int64) if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"
-                       else (k.get() if isinstance(k, cp.ndarray) else k)) for k in key)
-        try:
-            _dummy(shape)[probe]
-        except IndexError as e:
-            raise np_indexing._out_of_range(p, ins, e) from None
+    shape = ins[0].shape
+    where = {id(a): i for i, a in enumerate(live)}
+    # The key for the probe, without device buffers: ("at", i) stands for live[i].
+    spec = tuple(("at", where[id(k)]) if id(k) in where else
+                 (np.zeros(0, np.int64) if isinstance(k, cp.ndarray) and k.dtype.kind in "iu"
+                  else (k.get() if isinstance(k, cp.ndarray) else k)) for k in key)
+    shapes = [_Shapes(x.shape) for x in ins]
+
+    def check(ext):
+        for pick in (0, 1):
+            probe = tuple(np.asarray([ext[k[1]][pick]]) if type(k) is tuple and k[:1] == ("at",)
+                          else k for k in spec)
+            try:
+                _dummy(shape)[probe]
+            except IndexError as e:
+                raise np_indexing._out_of_range(p, shapes, e) from None
+    _defer(check, _extremes(live))
 
 
 def _check_axis(p, ins, idx, n):
-    ext = _extremes([idx])
-    if ext:
-        lo, hi = ext[id(idx)]
+    if not idx.size:
+        return
+    shapes = [_Shapes(x.shape) for x in ins]
+
+    def check(ext):
+        lo, hi = ext[0]
         if lo < -n or hi >= n:
             bad = lo if lo < -n else hi
             raise np_indexing._out_of_range(
-                p, ins, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
+                p, shapes, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
+    _defer(check, _extremes([idx]))
 
 
 def _gather(p, ins):

@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from lazyx.errors import BackendError, KernelCompileError, LazyxError
 
-__all__ = ["cupy_module", "CudaKernel", "launch_config", "cp"]
+__all__ = ["cupy_module", "CudaKernel", "launch_config", "cp", "sync_hooks", "host_sync"]
+
+#: Functions called with a short reason each time lazyx's CUDA backend makes the host
+#: wait for the GPU (a value read back to the host, ``synchronize``). Execution is
+#: otherwise asynchronous: the tests count these calls around a training step.
+sync_hooks: list = []
+
+
+def host_sync(reason: str) -> None:
+    """Report a host synchronisation to :data:`sync_hooks` (called just before it)."""
+    for hook in sync_hooks:
+        hook(reason)
 
 #: The ``cupy`` module once :func:`cupy_module` imported it, else None.
 cp = None
@@ -138,6 +149,7 @@ def on_host(fn):
     bit-level ports of MLX's packing, float64 where no CUDA kernel is written)."""
     def kernel(p, ins):
         cp = cupy_module()
+        host_sync(f"{p.name}: computed on the host")
         out = fn(p, [cp.asnumpy(x) for x in ins])
         if type(out) in (tuple, list):
             return tuple(cp.asarray(o) for o in out)

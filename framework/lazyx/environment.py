@@ -156,6 +156,13 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "one. Read once, at import; another value is a warning (then `1`).",
         ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
+        "LAZYX_CUDA_GRAPHS", "1",
+        "`0`: a compiled function's calls on the GPU launch their plan's kernels one by "
+        "one instead of replaying it as a CUDA graph (captured at the second call of a "
+        "signature). Read once, at the CUDA backend's first kernel lookup; another value is "
+        "a warning (then `1`).",
+        ("backends/cuda/graphs.py",), ("0", "1"), invalid="warning"),
+    EnvironmentVariable(
         "LAZYX_CUDNN_LEGACY", "unset: cuDNN's graph (backend) API",
         "`1`: convolutions use cuDNN's legacy API instead of its graph API; another "
         "value is a warning (then `0`).",

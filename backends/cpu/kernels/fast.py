@@ -89,23 +89,25 @@ def layer_norm_vjp(p, ins):
     return tuple(out)
 
 
-def rope_angles(p, x_shape, offset, freqs, c) -> np.ndarray:
+def rope_angles(p, x_shape, offset, freqs, c, xp=np) -> np.ndarray:
     """The angles ``(offset + t) * scale * inv_freq`` as ``(B or 1, T, dims / 2)`` of
-    dtype ``c``, computed in ``c`` as MLX does (float32 for float32 and half inputs)."""
+    dtype ``c``, computed in ``c`` as MLX does (float32 for float32 and half inputs).
+    ``xp`` is the array module of ``offset`` and ``freqs`` (CuPy's on the GPU, where the
+    tables are made on the device: no read back)."""
     half = p.dims // 2
-    t = np.arange(x_shape[-2], dtype=c)
-    pos = (t + np.asarray(offset).reshape(-1, 1).astype(c)) * c.type(p.scale)
+    t = xp.arange(x_shape[-2], dtype=c)
+    pos = (t + xp.asarray(offset).reshape(-1, 1).astype(c)) * c.type(p.scale)
     if freqs is not None:
         inv = (1.0 / freqs.astype(c)).astype(c)
     else:
-        inv = np.exp(np.arange(0, -half, -1, dtype=c) * c.type(np.log(p.base) / half))
+        inv = xp.exp(xp.arange(0, -half, -1, dtype=c) * c.type(np.log(p.base) / half))
     return pos[..., None] * inv
 
 
-def rope_tables(p, x_shape, offset, freqs, c):
+def rope_tables(p, x_shape, offset, freqs, c, xp=np):
     """``(cos, sin)`` of the angles, ``sin`` negated for the inverse rotation."""
-    theta = rope_angles(p, x_shape, offset, freqs, c)
-    cos, sin = np.cos(theta), np.sin(theta)
+    theta = rope_angles(p, x_shape, offset, freqs, c, xp)
+    cos, sin = xp.cos(theta), xp.sin(theta)
     return cos, sin if p.forward else -sin
 
 

@@ -1,0 +1,147 @@
+"""gpu_training: issue 16's GPU figures, side by side with PyTorch in one run.
+
+1. **MLP training step** (784-512-512-10, batch 256, Adam, float32): the program of
+   ``benchmarks/training.py`` (``nn.value_and_grad`` + ``optimizer.update``, then
+   ``eval(loss, state)``) with the GPU as the default device, eager and compiled (a
+   compiled call replays a CUDA graph: backends/cuda/graphs.py); PyTorch eager on
+   CUDA (``loss.backward()`` + ``torch.optim.Adam.step()``) and its step with the
+   model under ``torch.compile``. Steps per second over a run of steps that waits for
+   the GPU once at the end, as a training loop does; MLX CUDA's compiled step (2,415
+   steps/s on this GPU, the issue's figure) is quoted for reference.
+2. **Eager tiny-op cost**: a chain of 200 element-wise ops on 16 float32 values, per op,
+   waited for at the end (lazyx, PyTorch, CuPy).
+
+Timings are the fastest of a few repeats. Run: ``python benchmarks/gpu_training.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import training as T  # noqa: E402
+
+MLX_CUDA_COMPILED = 2415.0  # steps/s, issue 16 (MLX 0.32 CUDA on one H200)
+
+
+def _best(fn, sync, n: int, repeats: int = 5) -> float:
+    """Seconds per call: the fastest of ``repeats`` runs of ``n`` calls, waited for."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def lazyx_mlp(compiled: bool):
+    import lazyx.core as mx
+    import lazyx.nn as nn
+    import lazyx.optimizers as optim
+    mx.set_default_device(mx.gpu)
+    run = T._mlx_like_mlp(mx, nn, optim, compiled)
+    return run, mx.synchronize
+
+
+def torch_mlp(torch, compiled: bool):
+    torch.manual_seed(0)
+    layers = []
+    for i, o in zip(T.SIZES[:-1], T.SIZES[1:]):
+        layers += [torch.nn.Linear(i, o), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1]).cuda()
+    fwd = torch.compile(model) if compiled else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = T._mlp_data()
+    x, y = torch.from_numpy(x).cuda(), torch.from_numpy(y.astype(np.int64)).cuda()
+
+    def run():
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(fwd(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return run, torch.cuda.synchronize
+
+
+def tiny_ops(peers):
+    x0 = np.linspace(0.5, 1.5, 16, dtype=np.float32)
+    c0 = np.full(16, 0.5, np.float32)
+    out = {}
+    import lazyx.core as mx
+    with mx.stream(mx.gpu):
+        x, c = mx.array(x0) * 1, mx.array(c0) * 1
+        mx.eval(x, c)
+
+        def lz():
+            with mx.stream(mx.gpu):
+                y = x
+                for _ in range(100):
+                    y = y * c
+                    y = y + c
+                mx.eval(y)
+        out["lazyx"] = (lz, mx.synchronize)
+    if "torch" in peers:
+        torch = peers["torch"]
+        tx, tc = torch.from_numpy(x0).cuda(), torch.from_numpy(c0).cuda()
+
+        def tr():
+            y = tx
+            for _ in range(100):
+                y = y * tc
+                y = y + tc
+        out["PyTorch"] = (tr, torch.cuda.synchronize)
+    import cupy as cp
+    cx, cc = cp.asarray(x0), cp.asarray(c0)
+
+    def cu():
+        y = cx
+        for _ in range(100):
+            y = y * cc
+            y = y + cc
+    out["CuPy"] = (cu, cp.cuda.Device().synchronize)
+    return {k: _best(fn, sync, 20) / 200 * 1e6 for k, (fn, sync) in out.items()}
+
+
+def main() -> None:
+    peers = {}
+    try:
+        import torch
+        if torch.cuda.is_available():
+            peers["torch"] = torch
+    except ImportError:
+        pass
+    rows = {}
+    for compiled in (False, True):
+        run, sync = lazyx_mlp(compiled)
+        rows[f"lazyx {'compiled' if compiled else 'eager'}"] = 1.0 / _best(run, sync, 200)
+    if "torch" in peers:
+        run, sync = torch_mlp(peers["torch"], False)
+        rows["PyTorch eager"] = 1.0 / _best(run, sync, 200)
+        try:
+            run, sync = torch_mlp(peers["torch"], True)
+            rows["PyTorch torch.compile (model)"] = 1.0 / _best(run, sync, 200)
+        except Exception as e:  # noqa: BLE001 - a peer's compiler may be missing pieces
+            print(f"torch.compile: {type(e).__name__}: {str(e)[:200]}")
+    base = rows.get("PyTorch eager")
+    print("MLP 784-512-512-10 step, batch 256, Adam, float32 (steps/s; higher is better)")
+    for k, v in rows.items():
+        ratio = f"{v / base:5.2f}x PyTorch eager" if base else ""
+        print(f"  {k:32s} {v:9.0f}  {ratio}  {v / MLX_CUDA_COMPILED:5.2f}x MLX CUDA compiled")
+    print(f"  {'MLX CUDA compiled (issue 16)':32s} {MLX_CUDA_COMPILED:9.0f}")
+    tiny = tiny_ops(peers)
+    print("eager tiny op (200-op chain on 16 float32, per op, µs; lower is better)")
+    for k, v in tiny.items():
+        print(f"  {k:32s} {v:9.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""CUDA graphs for compiled calls, and asynchronous execution on the GPU.
+
+* A compiled function's calls replay a CUDA graph from the second call of a signature
+  on (backends/cuda/graphs.py): every call's results equal the plan's, with inputs
+  that change between calls; the caller keeps its results across later replays; a new
+  signature captures a new graph; a plan that reads a value to the host is not
+  captured and still gives the right numbers.
+* Nothing makes the host wait for the GPU until a value is read: a training step,
+  eager and compiled, reports no host synchronisation (the backend's hook), and runs
+  to the end of its Python while a gate kernel holds the GPU (it would never return
+  if anything waited for the GPU).
+
+Skipped where CUDA is not available (CI).
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import lazyx.core as mx
+import lazyx.nn as nn
+import lazyx.optimizers as optim
+from lazyx.backend import backends
+
+CUDA = backends()["cuda"]
+pytestmark = pytest.mark.skipif(not CUDA.is_available(),
+                                reason=f"cuda backend unavailable: {CUDA.unavailable_reason()}")
+
+
+@pytest.fixture
+def graphs():
+    from lazyx.backends.cuda import graphs as g
+    for k in g.stats:
+        g.stats[k] = 0
+    return g
+
+
+def _dev(a, dtype=mx.float32):
+    """An array whose buffer is on the GPU (compiled calls of host inputs upload them)."""
+    x = mx.array(np.asarray(a), dtype) * mx.array(1, dtype)
+    mx.eval(x)
+    return x
+
+
+def _mlp_fn(w1, w2, x):
+    h = mx.maximum(x @ w1, 0.0)
+    return mx.tanh(h @ w2).sum(axis=1) * 0.5 + mx.exp(-h.mean(axis=1))
+
+
+def _reference(w1, w2, x):
+    h = np.maximum(x @ w1, 0.0)
+    return np.tanh(h @ w2).sum(axis=1) * 0.5 + np.exp(-h.mean(axis=1))
+
+
+def test_replays_give_the_plans_numbers_with_changing_inputs(graphs):
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((32, 64)).astype(np.float32) * 0.2
+    w2 = rng.standard_normal((64, 16)).astype(np.float32) * 0.2
+    f = mx.compile(_mlp_fn)
+    kept = []
+    with mx.stream(mx.gpu):
+        for i in range(6):
+            x = rng.standard_normal((8, 32)).astype(np.float32)
+            y = f(_dev(w1), _dev(w2), _dev(x))
+            mx.eval(y)
+            kept.append((y, _reference(w1.astype(np.float64), w2, x.astype(np.float64))))
+    for y, want in kept:  # earlier results survive later replays
+        np.testing.assert_allclose(np.asarray(y), want, rtol=2e-3, atol=2e-3)
+    assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 4, (graphs.stats,
+                                                                            graphs.last_failure)
+
+
+def test_a_new_signature_captures_a_new_graph(graphs):
+    f = mx.compile(_mlp_fn)
+    rng = np.random.default_rng(1)
+    with mx.stream(mx.gpu):
+        for rows in (4, 4, 4, 9, 9, 9):
+            w1 = rng.standard_normal((32, 64)).astype(np.float32)
+            w2 = rng.standard_normal((64, 16)).astype(np.float32)
+            x = rng.standard_normal((rows, 32)).astype(np.float32)
+            y = f(_dev(w1), _dev(w2), _dev(x))
+            np.testing.assert_allclose(np.asarray(y), _reference(w1.astype(np.float64), w2, x),
+                                       rtol=2e-3, atol=2e-3)
+    assert graphs.stats["captures"] == 2 and graphs.stats["replays"] == 2, (graphs.stats,
+                                                                            graphs.last_failure)
+
+
+def test_a_plan_that_reads_to_the_host_runs_uncaptured(graphs):
+    def f(x, start):
+        # dynamic start indices are read to the host (the slice's position decides the copy)
+        return (mx.slice(mx.exp(x), start, (0,), (3,)) * 2.0 + 1.0).sum()
+    g = mx.compile(f)
+    x = np.linspace(-1, 1, 10).astype(np.float32)
+    with mx.stream(mx.gpu):
+        for k in range(4):
+            got = g(_dev(x), _dev(np.array([k]), mx.int32)).item()
+            assert got == pytest.approx(float((np.exp(x)[k:k + 3] * 2 + 1).sum()), rel=1e-5)
+    assert graphs.stats["uncapturable"] == 1 and graphs.stats["replays"] == 0, graphs.stats
+    assert "slice" in graphs.last_failure.lower() or graphs.last_failure
+
+
+def test_indexing_is_captured_and_its_bounds_still_checked(graphs):
+    from lazyx.errors import IndexOutOfRangeError
+    g = mx.compile(lambda x, idx: (mx.exp(x)[idx] * 2.0 + 1.0).sum())
+    x = np.linspace(-1, 1, 10).astype(np.float32)
+    with mx.stream(mx.gpu):
+        for k in range(4):
+            idx = np.array([k, 9 - k, 3], np.int32)
+            got = g(_dev(x), _dev(idx, mx.int32)).item()
+            assert got == pytest.approx(float((np.exp(x)[idx] * 2 + 1).sum()), rel=1e-5)
+        assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 2, (graphs.stats,
+                                                                                graphs.last_failure)
+        bad = g(_dev(x), _dev(np.array([1, 12, 3]), mx.int32))  # replayed: checked all the same
+        mx.eval(bad)
+        with pytest.raises(IndexOutOfRangeError, match=r"12 is out of bounds|outside"):
+            bad.item()
+        # eagerly too, reported at the next read (the kernel did not wait for the GPU)
+        y = mx.take(_dev(x), _dev(np.array([0, 10]), mx.int32))
+        mx.eval(y)
+        with pytest.raises(IndexOutOfRangeError, match="10"):
+            mx.synchronize()
+        assert mx.take(_dev(x), _dev(np.array([0, 9]), mx.int32)).tolist() == \
+            pytest.approx([x[0], x[9]])
+
+
+def test_graphs_switched_off(graphs, monkeypatch):
+    monkeypatch.setattr(graphs, "ENABLED", False)
+    f = mx.compile(_mlp_fn)
+    rng = np.random.default_rng(2)
+    w1, w2 = rng.standard_normal((32, 64)), rng.standard_normal((64, 16))
+    with mx.stream(mx.gpu):
+        for _ in range(3):
+            x = rng.standard_normal((8, 32))
+            y = f(_dev(w1), _dev(w2), _dev(x))
+            np.testing.assert_allclose(np.asarray(y), _reference(w1, w2, x), rtol=2e-3, atol=2e-3)
+    assert graphs.stats["captures"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_direct_cublas_products_over_layouts(dtype):
+    import cupy as cp
+    import ml_dtypes
+    from lazyx.backends.cuda import gemm
+    npd = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 5, 7)).astype(npd)
+    b = rng.standard_normal((3, 7, 4)).astype(npd)
+    tol = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-2, "bfloat16": 5e-2}[dtype]
+    cases = [(a[0], b[0]), (a, b), (a, b[1]),
+             (np.ascontiguousarray(a[0].T).T, b[0]),            # Fortran-ordered left operand
+             (a[0], np.asfortranarray(b[0])),                     # Fortran-ordered right operand
+             (np.swapaxes(np.ascontiguousarray(np.swapaxes(a, 1, 2)), 1, 2), b)]  # batched, transposed
+    for x, y in cases:
+        dx = cp.asarray(x) if x.flags.c_contiguous else cp.asfortranarray(cp.asarray(np.ascontiguousarray(x)))
+        if x.ndim == 3 and not x.flags.c_contiguous:
+            dx = cp.swapaxes(cp.ascontiguousarray(cp.swapaxes(cp.asarray(np.ascontiguousarray(x)), 1, 2)), 1, 2)
+        dy = cp.asarray(y) if y.flags.c_contiguous else cp.asfortranarray(cp.asarray(np.ascontiguousarray(y)))
+        got = gemm.matmul(dx, dy)
+        assert got is not None, (x.shape, x.strides, y.shape, y.strides)
+        want = x.astype(np.float64) @ y.astype(np.float64)
+        np.testing.assert_allclose(cp.asnumpy(got).astype(np.float64), want, rtol=tol, atol=tol * 4)
+    assert gemm.matmul(cp.ones(3, np.float32), cp.ones((3, 2), np.float32)) is None  # a vector
+    x = mx.array(a[0].astype(np.float32))
+    with mx.stream(mx.gpu):
+        got = np.asarray(x @ mx.array(b[0].astype(np.float32)))
+    np.testing.assert_allclose(got, a[0].astype(np.float64) @ b[0].astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+# -- asynchronous execution ------------------------------------------------------------
+def _training(compiled: bool):
+    mx.random.seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = optim.Adam(learning_rate=1e-3)
+
+    def loss_fn(model, x, y):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+
+    def step(x, y):
+        loss, grads = loss_and_grad(model, x, y)
+        opt.update(model, grads)
+        return loss
+
+    state = [model.state, opt.state]
+    if compiled:
+        step = mx.compile(step, inputs=state, outputs=state)
+    rng = np.random.default_rng(0)
+    # On the device before the steps (a copy from the host would wait for the GPU).
+    data = [(_on_gpu(rng.standard_normal((32, 64)).astype(np.float32)),
+             _on_gpu(rng.integers(0, 10, 32).astype(np.int32))) for _ in range(6)]
+    mx.eval(model.parameters(), opt.state)
+    return model, opt, step, state, data
+
+
+def _on_gpu(a):
+    x = mx.array(a) + mx.array(np.zeros((), a.dtype))
+    mx.eval(x)
+    return x
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_training_step_does_not_synchronise(compiled, monkeypatch):
+    from lazyx.backends.cuda import runtime
+    with mx.stream(mx.gpu):
+        model, opt, step, state, data = _training(compiled)
+        for x, y in data[:3]:  # warm-up: kernels built, graphs captured
+            mx.eval(step(x, y), state)
+        seen = []
+        monkeypatch.setattr(runtime, "sync_hooks", [seen.append])
+        for x, y in data[3:]:
+            loss = step(x, y)
+            mx.eval(loss, state)
+        assert seen == [], f"the step synchronised the host: {seen}"
+        value = loss.item()  # the queued index checks run with the read
+        assert seen[-1] == "a value read to the host" and np.isfinite(value)
+        assert set(seen) <= {"index bounds checks", "a value read to the host"}, seen
+
+
+_GATE = r"""
+extern "C" __global__ void gate(volatile int* flag) {
+    while (*flag == 0) { __nanosleep(1000); }
+    __threadfence_system();
+}
+"""
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_host_runs_ahead_of_the_gpu(compiled):
+    """A kernel that spins until the host opens a flag holds the GPU; the steps are
+    queued behind it. If anything in a step waited for the GPU, eval would not
+    return until the watchdog opens the gate (and the test fails saying so)."""
+    import cupy as cp
+    with mx.stream(mx.gpu):
+        model, opt, step, state, data = _training(compiled)
+        for x, y in data[:3]:
+            mx.eval(step(x, y), state)
+        cp.cuda.Device().synchronize()
+        flag_mem = cp.cuda.alloc_pinned_memory(4)
+        flag = np.frombuffer(flag_mem, np.int32, 1)
+        flag[0] = 0
+        gate = cp.RawKernel(_GATE, "gate")
+        # Pinned memory is mapped at the same address on the device (unified addressing).
+        gate((1,), (1,), (flag_mem.ptr,))
+        opened_by_watchdog = threading.Event()
+
+        def watchdog():
+            if not done.wait(60):
+                opened_by_watchdog.set()
+                flag[0] = 1
+        done = threading.Event()
+        t = threading.Thread(target=watchdog, daemon=True)
+        t.start()
+        try:
+            for x, y in data[3:]:
+                loss = step(x, y)
+                mx.eval(loss, state)
+            ran_ahead = not opened_by_watchdog.is_set()
+        finally:
+            done.set()
+            flag[0] = 1
+            t.join()
+        assert ran_ahead, "evaluating the step waited for the GPU (the watchdog opened the gate)"
+        assert np.isfinite(loss.item())
