@@ -31,7 +31,7 @@ import numpy as np
 
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
-from lazyx.array import array, from_buffer, lazy, lazy_multi, node_maker
+from lazyx.array import array, from_buffer, lazy, lazy_multi, native, node_maker
 from lazyx.codegen import ir
 from lazyx.device import current_stream, thread_state, to_stream
 from lazyx.errors import ArgumentError, DtypeError, LazyxError, TransformError, at_op
@@ -1175,7 +1175,16 @@ def _unary(cls, name, rule, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     cls._op = staticmethod(op)
-    return op
+    return _native_op(op, cls, table, 1)
+
+
+def _native_op(op, cls, table, arity):
+    """``op`` with its common case (arrays of one dtype and shape, no cast, no stream)
+    in the native module (framework/native/graph.cpp, ``ElementwiseOp``), which calls
+    ``op`` for everything else; ``op`` itself where that module is not built."""
+    if native is None or node_maker(cls) is None:
+        return op
+    return native.elementwise_op(op, cls, table, thread_state, arity)
 
 
 def _input(a) -> array:
@@ -1223,7 +1232,7 @@ def _binary(cls, name, rule, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     cls._op = staticmethod(op)
-    return op
+    return _native_op(op, cls, table, 2)
 
 
 # -- unary rules -------------------------------------------------------------

@@ -424,6 +424,142 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
+
+// -- element-wise op functions ------------------------------------------------------
+// An op function of plugins/elementwise.py (`mx.multiply`, `array.__mul__`) does, in
+// the common case, a few checks and one node: both operands lazyx arrays of one dtype
+// and one shape, the dtype's rule "no cast", no stream given. ElementwiseOp is that
+// case in C++ in front of the Python function (`py_op`), which it calls for everything
+// else (Python scalars, casts, broadcasting, a stream, errors), so there is one
+// implementation of the op's semantics. It behaves as the function: attribute reads
+// and writes go to `py_op` (`__name__`, `__doc__`, `__wrapped__` is `py_op` itself, so
+// `inspect.signature` sees its signature), and as a class attribute it binds like a
+// method (Py_TPFLAGS_METHOD_DESCRIPTOR: `x * y` calls it with x first, no bound object).
+struct ElementwiseOp {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject* py_op;   // the Python op function
+    PyObject* cls;     // the primitive class (no parameters, no __init__: node() applies)
+    PyObject* table;   // dict: dtype -> (cast to or None, output dtype) | None | message
+    PyObject* tls;     // lazyx.device.thread_state (its `stream`: the current stream)
+    int arity;
+};
+
+PyObject* s_wrapped = nullptr;
+PyObject* s_class = nullptr;
+
+// The node of the common case, or nullptr with no error set: not the common case.
+PyObject* op_fast(ElementwiseOp* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != self->arity) return nullptr;
+    if (kwnames != nullptr) {  // only stream=None
+        if (PyTuple_GET_SIZE(kwnames) != 1 || args[n] != Py_None ||
+            PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_stream) != 0)
+            return nullptr;
+    }
+    PyObject* a = args[0];
+    if (Py_TYPE(a) != g_array) return nullptr;
+    PyObject* dtype = slot(a, off_dtype);
+    PyObject* shape = slot(a, off_shape);
+    if (n == 2) {
+        PyObject* b = args[1];
+        if (Py_TYPE(b) != g_array || slot(b, off_dtype) != dtype) return nullptr;
+        PyObject* sb = slot(b, off_shape);
+        if (sb != shape) {
+            int eq = PyObject_RichCompareBool(shape, sb, Py_EQ);
+            if (eq != 1) { if (eq < 0) PyErr_Clear(); return nullptr; }
+        }
+    }
+    PyObject* r = PyDict_GetItemWithError(self->table, dtype);  // borrowed
+    if (r == nullptr || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 ||
+        PyTuple_GET_ITEM(r, 0) != Py_None) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject* stream = PyObject_GetAttr(self->tls, s_stream);
+    if (stream == nullptr) { PyErr_Clear(); return nullptr; }
+    if (stream == Py_None) { Py_DECREF(stream); return nullptr; }
+    PyObject* inputs = n == 2 ? PyTuple_Pack(2, args[0], args[1]) : PyTuple_Pack(1, args[0]);
+    if (inputs == nullptr) { Py_DECREF(stream); return nullptr; }
+    PyObject* node_args[5] = {self->cls, stream, shape, PyTuple_GET_ITEM(r, 1), inputs};
+    PyObject* out = node(nullptr, node_args, 5);
+    Py_DECREF(stream);
+    Py_DECREF(inputs);
+    return out;
+}
+
+PyObject* op_vectorcall(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    ElementwiseOp* self = reinterpret_cast<ElementwiseOp*>(obj);
+    PyObject* out = op_fast(self, args, nargsf, kwnames);
+    if (out != nullptr || PyErr_Occurred()) return out;
+    return PyObject_Vectorcall(self->py_op, args, nargsf, kwnames);
+}
+
+PyObject* op_get(PyObject* self, PyObject* obj, PyObject*) {
+    if (obj == nullptr || obj == Py_None) { Py_INCREF(self); return self; }
+    return PyMethod_New(self, obj);
+}
+
+PyObject* op_getattro(PyObject* self, PyObject* name) {
+    ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
+    if (PyUnicode_Compare(name, s_wrapped) == 0) { Py_INCREF(op->py_op); return op->py_op; }
+    if (PyUnicode_Compare(name, s_class) == 0) return PyObject_GenericGetAttr(self, name);
+    return PyObject_GetAttr(op->py_op, name);
+}
+
+int op_setattro(PyObject* self, PyObject* name, PyObject* value) {
+    return PyObject_SetAttr(reinterpret_cast<ElementwiseOp*>(self)->py_op, name, value);
+}
+
+PyObject* op_repr(PyObject* self) { return PyObject_Repr(reinterpret_cast<ElementwiseOp*>(self)->py_op); }
+
+int op_traverse(PyObject* self, visitproc visit, void* arg) {
+    ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
+    Py_VISIT(op->py_op); Py_VISIT(op->cls); Py_VISIT(op->table); Py_VISIT(op->tls);
+    return 0;
+}
+
+int op_clear(PyObject* self) {
+    ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
+    Py_CLEAR(op->py_op); Py_CLEAR(op->cls); Py_CLEAR(op->table); Py_CLEAR(op->tls);
+    return 0;
+}
+
+void op_dealloc(PyObject* self) {
+    PyObject_GC_UnTrack(self);
+    op_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject ElementwiseOpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// elementwise_op(py_op, cls, table, thread_state, arity) -> the op function in front of py_op.
+PyObject* elementwise_op(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 5 || !PyCallable_Check(args[0]) || !PyType_Check(args[1]) ||
+        !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[1]), g_primitive) ||
+        !PyDict_Check(args[2]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "elementwise_op(py_op, primitive_class, table, thread_state, arity)");
+        return nullptr;
+    }
+    long arity = PyLong_AsLong(args[4]);
+    if (arity != 1 && arity != 2) {
+        PyErr_SetString(PyExc_ValueError, "elementwise_op: arity must be 1 or 2");
+        return nullptr;
+    }
+    ElementwiseOp* op = PyObject_GC_New(ElementwiseOp, &ElementwiseOpType);
+    if (op == nullptr) return nullptr;
+    op->vectorcall = op_vectorcall;
+    Py_INCREF(args[0]); op->py_op = args[0];
+    Py_INCREF(args[1]); op->cls = args[1];
+    Py_INCREF(args[2]); op->table = args[2];
+    Py_INCREF(args[3]); op->tls = args[3];
+    op->arity = static_cast<int>(arity);
+    PyObject_GC_Track(op);
+    return reinterpret_cast<PyObject*>(op);
+}
+
 PyMethodDef methods[] = {
     {"setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setup)), METH_FASTCALL,
      "setup(array_type): read the slot offsets of lazyx's array class."},
@@ -435,6 +571,9 @@ PyMethodDef methods[] = {
      "is a tuple of arrays."},
     {"node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(node)), METH_FASTCALL,
      "node(primitive_class, stream, shape, dtype, inputs) -> a new unevaluated array."},
+    {"elementwise_op", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(elementwise_op)),
+     METH_FASTCALL, "elementwise_op(py_op, primitive_class, table, thread_state, arity) -> the op "
+     "function with its common case in C++, in front of py_op."},
     {"unevaluated_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(unevaluated_order)),
      METH_FASTCALL, "unevaluated_order(roots) -> the unevaluated nodes, inputs first."},
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
@@ -451,5 +590,23 @@ NB_MODULE(_graph, m) {
     s_small_ufunc = PyUnicode_InternFromString("small_ufunc");
     s_small_limit = PyUnicode_InternFromString("small_limit");
     s_small_native = PyUnicode_InternFromString("small_native");
+    s_wrapped = PyUnicode_InternFromString("__wrapped__");
+    s_class = PyUnicode_InternFromString("__class__");
+    ElementwiseOpType.tp_name = "lazyx._graph.ElementwiseOp";
+    ElementwiseOpType.tp_basicsize = sizeof(ElementwiseOp);
+    ElementwiseOpType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                                 Py_TPFLAGS_METHOD_DESCRIPTOR;
+    ElementwiseOpType.tp_vectorcall_offset = offsetof(ElementwiseOp, vectorcall);
+    ElementwiseOpType.tp_call = PyVectorcall_Call;
+    ElementwiseOpType.tp_descr_get = op_get;
+    ElementwiseOpType.tp_getattro = op_getattro;
+    ElementwiseOpType.tp_setattro = op_setattro;
+    ElementwiseOpType.tp_repr = op_repr;
+    ElementwiseOpType.tp_traverse = op_traverse;
+    ElementwiseOpType.tp_clear = op_clear;
+    ElementwiseOpType.tp_dealloc = op_dealloc;
+    ElementwiseOpType.tp_doc = "An element-wise op function: its common case in C++, the rest in "
+                               "the Python function it wraps (__wrapped__).";
+    if (PyType_Ready(&ElementwiseOpType) < 0) throw nanobind::python_error();
     if (PyModule_AddFunctions(m.ptr(), methods) < 0) throw nanobind::python_error();
 }
