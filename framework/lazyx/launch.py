@@ -199,35 +199,30 @@ class _Supervisor:
         sys.stderr.write(f"lazyx.launch: {message}\n")
         sys.stderr.flush()
 
-    def stop(self, sig=signal.SIGTERM) -> None:
-        """``sig`` to every live process, then SIGKILL to those alive after the grace."""
+    def signal_all(self, sig) -> None:
+        """``sig`` to the process group of every rank still running."""
         for p in self.procs:
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        """``sig`` to every live process, then SIGKILL to those alive after the grace."""
+        self.signal_all(sig)
         end = time.monotonic() + GRACE_SECONDS
         while time.monotonic() < end and any(p.poll() is None for p in self.procs):
             time.sleep(0.02)
+        self.signal_all(signal.SIGKILL)
         for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                p.wait()
+            p.wait()
 
     def _forward(self, signum, _frame) -> None:
         # A second signal (a rank that ignores the first) ends the job at once.
         sig = signal.SIGKILL if self.signalled is not None else signum
         self.signalled = signum
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        self.signal_all(sig)
 
     def run(self, names: list) -> int:
         previous = {}

@@ -15,6 +15,7 @@ import numpy as np
 
 import lazyx.core as mx
 from lazyx.errors import ArgumentError, DtypeError, ShapeError
+from rank_inputs import rank_inputs  # beside this script (sys.path[0])
 
 d = mx.distributed
 group = d.init(strict=True)
@@ -37,18 +38,7 @@ def A(a):
 
 def inputs(shape, npd, seed):
     """The input of every rank for one check, as NumPy arrays of dtype ``npd``."""
-    out = []
-    for r in range(size):
-        g = np.random.default_rng(1000 * seed + r)
-        if npd == np.bool_:
-            out.append(g.random(shape) < 0.5)
-        elif np.dtype(npd).kind in "iu":
-            out.append(g.integers(0, 20, shape).astype(npd))
-        elif np.dtype(npd).kind == "c":
-            out.append((g.normal(size=shape) + 1j * g.normal(size=shape)).astype(npd))
-        else:
-            out.append(g.normal(size=shape).astype(npd))
-    return out
+    return rank_inputs(shape, npd, seed, size)
 
 
 def check(got, want, what, tol=0.0):

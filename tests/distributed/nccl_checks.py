@@ -7,25 +7,11 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+from rank_inputs import rank_inputs  # beside this script (sys.path[0])
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int32, np.int64, np.int8,
           np.uint8, np.bool_, np.complex64]
 SHAPES = [(), (5,), (3, 4)]
-
-
-def _inputs(shape, npd, seed, size):
-    out = []
-    for r in range(size):
-        g = np.random.default_rng(1000 * seed + r)
-        if npd == np.bool_:
-            out.append(g.random(shape) < 0.5)
-        elif np.dtype(npd).kind in "iu":
-            out.append(g.integers(0, 20, shape).astype(npd))
-        elif np.dtype(npd).kind == "c":
-            out.append((g.normal(size=shape) + 1j * g.normal(size=shape)).astype(npd))
-        else:
-            out.append(g.normal(size=shape).astype(npd))
-    return out
 
 
 def _host(x) -> np.ndarray:
@@ -41,7 +27,7 @@ def check_communicator(comm, cp) -> int:
     for npd in DTYPES:
         for shape in SHAPES + [(2 * size, 3)]:
             seed += 1
-            xs = _inputs(shape, npd, seed, size)
+            xs = rank_inputs(shape, npd, seed, size)
             x = cp.asarray(xs[rank])
             wide = [a.astype(np.complex128 if a.dtype.kind == "c" else np.float64) for a in xs]
             total = np.sum(wide, axis=0)

@@ -189,6 +189,16 @@ def _divisible(layer: str, what: str, dims: int, n: int) -> None:
 
 
 # -- the float layers -----------------------------------------------------------------------
+def _shard_of(cls, linear_layer: Module, sharder, segments, group):
+    """A ``cls`` layer holding this process's shard of ``linear_layer`` (``sharder``:
+    :func:`_all_to_sharded` or :func:`_sharded_to_all`)."""
+    group = _group(group)
+    output_dims, input_dims = linear_layer.weight.shape
+    layer = cls(input_dims, output_dims, "bias" in linear_layer, group)
+    layer.update(_sharded_parameters(linear_layer, sharder, segments, group, cls.__name__))
+    return layer
+
+
 class AllToShardedLinear(Module):
     """A linear layer whose outputs are sharded across ``group``: each process holds
     ``output_dims / N`` rows of the weight (and of the bias) and computes that slice of
@@ -229,12 +239,7 @@ class AllToShardedLinear(Module):
     def from_linear(cls, linear_layer: Module, *, segments: Union[int, list] = 1,
                     group: Optional[Any] = None):
         """This process's shard of ``linear_layer`` (its output rows)."""
-        group = _group(group)
-        output_dims, input_dims = linear_layer.weight.shape
-        layer = cls(input_dims, output_dims, "bias" in linear_layer, group)
-        layer.update(_sharded_parameters(linear_layer, _all_to_sharded, segments, group,
-                                         cls.__name__))
-        return layer
+        return _shard_of(cls, linear_layer, _all_to_sharded, segments, group)
 
 
 class ShardedToAllLinear(Module):
@@ -274,12 +279,7 @@ class ShardedToAllLinear(Module):
     def from_linear(cls, linear_layer: Module, *, segments: Union[int, list] = 1,
                     group: Optional[Any] = None):
         """This process's shard of ``linear_layer`` (its input columns; the bias whole)."""
-        group = _group(group)
-        output_dims, input_dims = linear_layer.weight.shape
-        layer = cls(input_dims, output_dims, "bias" in linear_layer, group)
-        layer.update(_sharded_parameters(linear_layer, _sharded_to_all, segments, group,
-                                         cls.__name__))
-        return layer
+        return _shard_of(cls, linear_layer, _sharded_to_all, segments, group)
 
 
 # -- the quantized layers -------------------------------------------------------------------
