@@ -8,7 +8,13 @@
    model under ``torch.compile``. Steps per second over a run of steps that waits for
    the GPU once at the end, as a training loop does; MLX CUDA's compiled step (2,415
    steps/s on this GPU, the issue's figure) is quoted for reference.
-2. **Eager tiny-op cost**: a chain of 200 element-wise ops on 16 float32 values, per op,
+2. **Transformer LM training step** (issue 16, item 10): the character LM of
+   ``examples/char_lm.py`` at a GPU's size — token and position embeddings, 4 pre-norm
+   blocks (RMSNorm, causal multi-head attention, GELU MLP 4x), a tied output layer —
+   vocabulary 256, context 256, width 512, 8 heads, batch 32, float32, Adam; lazyx
+   eager and compiled against PyTorch eager and with the model under ``torch.compile``,
+   in tokens per second. (Written here again: a benchmark does not import an example.)
+3. **Eager tiny-op cost**: a chain of 200 element-wise ops on 16 float32 values, per op,
    waited for at the end (lazyx, PyTorch, CuPy).
 
 Timings are the fastest of a few repeats. Run: ``python benchmarks/gpu_training.py``.
@@ -66,6 +72,131 @@ def torch_mlp(torch, compiled: bool):
     def run():
         optimizer.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(fwd(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return run, torch.cuda.synchronize
+
+
+LM = dict(vocab=256, context=256, dims=512, heads=8, layers=4, batch=32)
+
+
+def _lm_data():
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, LM["vocab"], (LM["batch"], LM["context"] + 1)).astype(np.int32)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def lazyx_lm(compiled: bool):
+    import lazyx.core as mx
+    import lazyx.nn as nn
+    import lazyx.optimizers as optim
+    mx.set_default_device(mx.gpu)
+    mx.random.seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, dims, heads):
+            super().__init__()
+            self.attention_norm = nn.RMSNorm(dims)
+            self.attention = nn.MultiHeadAttention(dims, heads)
+            self.mlp_norm = nn.RMSNorm(dims)
+            self.up = nn.Linear(dims, 4 * dims)
+            self.down = nn.Linear(4 * dims, dims)
+
+        def __call__(self, x, mask):
+            y = self.attention_norm(x)
+            x = x + self.attention(y, y, y, mask)
+            return x + self.down(nn.gelu(self.up(self.mlp_norm(x))))
+
+    class LM_(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(LM["vocab"], LM["dims"])
+            self.positions = nn.Embedding(LM["context"], LM["dims"])
+            self.blocks = [Block(LM["dims"], LM["heads"]) for _ in range(LM["layers"])]
+            self.norm = nn.RMSNorm(LM["dims"])
+
+        def __call__(self, tokens):
+            n = tokens.shape[1]
+            x = self.embedding(tokens) + self.positions(mx.arange(n))
+            mask = nn.MultiHeadAttention.create_additive_causal_mask(n)
+            for b in self.blocks:
+                x = b(x, mask)
+            return self.embedding.as_linear(self.norm(x))
+
+    model = LM_()
+    optimizer = optim.Adam(learning_rate=1e-3)
+
+    def loss_fn(model, x, y):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    state = [model.state, optimizer.state]
+
+    def step(x, y):
+        loss, grads = loss_and_grad(model, x, y)
+        optimizer.update(model, grads)
+        return loss
+
+    if compiled:
+        step = mx.compile(step, inputs=state, outputs=state)
+    x, y = (mx.array(a) for a in _lm_data())
+
+    def run():
+        loss = step(x, y)
+        mx.eval(loss, state)
+        return loss
+    return run, mx.synchronize
+
+
+def torch_lm(torch, compiled: bool):
+    torch.manual_seed(0)
+    F = torch.nn.functional
+
+    class Block(torch.nn.Module):
+        def __init__(self, dims, heads):
+            super().__init__()
+            self.heads = heads
+            self.attention_norm = torch.nn.RMSNorm(dims)
+            self.qkv = torch.nn.Linear(dims, 3 * dims, bias=False)
+            self.out = torch.nn.Linear(dims, dims, bias=False)
+            self.mlp_norm = torch.nn.RMSNorm(dims)
+            self.up = torch.nn.Linear(dims, 4 * dims)
+            self.down = torch.nn.Linear(4 * dims, dims)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.attention_norm(x)).view(b, t, 3, self.heads, -1).unbind(2)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=True)
+            x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+
+    class LM_(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(LM["vocab"], LM["dims"])
+            torch.nn.init.normal_(self.embedding.weight, std=LM["dims"] ** -0.5)  # as MLX's
+            self.positions = torch.nn.Embedding(LM["context"], LM["dims"])
+            self.blocks = torch.nn.ModuleList(Block(LM["dims"], LM["heads"])
+                                              for _ in range(LM["layers"]))
+            self.norm = torch.nn.RMSNorm(LM["dims"])
+
+        def forward(self, tokens):
+            x = self.embedding(tokens) + self.positions(torch.arange(tokens.shape[1],
+                                                                     device=tokens.device))
+            for b in self.blocks:
+                x = b(x)
+            return self.norm(x) @ self.embedding.weight.T
+
+    model = LM_().cuda()
+    fwd = torch.compile(model) if compiled else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = (torch.from_numpy(a.astype(np.int64)).cuda() for a in _lm_data())
+
+    def run():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(fwd(x).reshape(-1, LM["vocab"]), y.reshape(-1))
         loss.backward()
         optimizer.step()
         return loss
@@ -137,6 +268,25 @@ def main() -> None:
         ratio = f"{v / base:5.2f}x PyTorch eager" if base else ""
         print(f"  {k:32s} {v:9.0f}  {ratio}  {v / MLX_CUDA_COMPILED:5.2f}x MLX CUDA compiled")
     print(f"  {'MLX CUDA compiled (issue 16)':32s} {MLX_CUDA_COMPILED:9.0f}")
+    tokens = LM["batch"] * LM["context"]
+    lm = {}
+    for compiled in (False, True):
+        run, sync = lazyx_lm(compiled)
+        lm[f"lazyx {'compiled' if compiled else 'eager'}"] = tokens / _best(run, sync, 20, 3)
+    if "torch" in peers:
+        run, sync = torch_lm(peers["torch"], False)
+        lm["PyTorch eager"] = tokens / _best(run, sync, 20, 3)
+        try:
+            run, sync = torch_lm(peers["torch"], True)
+            lm["PyTorch torch.compile (model)"] = tokens / _best(run, sync, 20, 3)
+        except Exception as e:  # noqa: BLE001 - a peer's compiler may be missing pieces
+            print(f"torch.compile: {type(e).__name__}: {str(e)[:200]}")
+    base = lm.get("PyTorch eager")
+    print(f"transformer LM step: vocab {LM['vocab']}, context {LM['context']}, width "
+          f"{LM['dims']}, {LM['heads']} heads, {LM['layers']} blocks, batch {LM['batch']}, "
+          f"float32, Adam (tokens/s; higher is better)")
+    for k, v in lm.items():
+        print(f"  {k:32s} {v:9.0f}  " + (f"{v / base:5.2f}x PyTorch eager" if base else ""))
     tiny = tiny_ops(peers)
     print("eager tiny op (200-op chain on 16 float32, per op, µs; lower is better)")
     for k, v in tiny.items():

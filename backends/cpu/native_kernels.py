@@ -32,6 +32,18 @@ def load():
     compiled for x86-64-v3 and ``_native_base`` for the baseline. The CPU's features
     (NumPy's table of them) pick one before either is imported: a module for newer
     instructions must not even load on a CPU without them."""
+    global _loaded
+    if _loaded is not _UNTRIED:  # once per process: callers sit on hot paths (compiled.py)
+        return _loaded
+    _loaded = _load()
+    return _loaded
+
+
+_UNTRIED = object()
+_loaded = _UNTRIED
+
+
+def _load():
     global load_error
     import importlib
     errors = []
