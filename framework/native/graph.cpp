@@ -500,10 +500,27 @@ PyObject* op_get(PyObject* self, PyObject* obj, PyObject*) {
     return PyMethod_New(self, obj);
 }
 
+// Pickled and copied as functions are: by reference (the name it is found under).
+PyObject* op_reduce(PyObject* self, PyObject*) {
+    return PyObject_GetAttrString(reinterpret_cast<ElementwiseOp*>(self)->py_op, "__qualname__");
+}
+PyObject* op_reduce_ex(PyObject* self, PyObject*) { return op_reduce(self, nullptr); }
+PyObject* op_copy(PyObject* self, PyObject*) { Py_INCREF(self); return self; }
+
+PyMethodDef op_methods[] = {
+    {"__reduce__", op_reduce, METH_NOARGS, nullptr},
+    {"__reduce_ex__", op_reduce_ex, METH_O, nullptr},
+    {"__copy__", op_copy, METH_NOARGS, nullptr},
+    {"__deepcopy__", op_copy, METH_O, nullptr},
+    {nullptr, nullptr, 0, nullptr}};
+
 PyObject* op_getattro(PyObject* self, PyObject* name) {
     ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
     if (PyUnicode_Compare(name, s_wrapped) == 0) { Py_INCREF(op->py_op); return op->py_op; }
     if (PyUnicode_Compare(name, s_class) == 0) return PyObject_GenericGetAttr(self, name);
+    for (PyMethodDef* m = op_methods; m->ml_name != nullptr; ++m)  // its own: pickling, copies
+        if (PyUnicode_CompareWithASCIIString(name, m->ml_name) == 0)
+            return PyObject_GenericGetAttr(self, name);
     return PyObject_GetAttr(op->py_op, name);
 }
 
@@ -602,6 +619,7 @@ NB_MODULE(_graph, m) {
     ElementwiseOpType.tp_getattro = op_getattro;
     ElementwiseOpType.tp_setattro = op_setattro;
     ElementwiseOpType.tp_repr = op_repr;
+    ElementwiseOpType.tp_methods = op_methods;
     ElementwiseOpType.tp_traverse = op_traverse;
     ElementwiseOpType.tp_clear = op_clear;
     ElementwiseOpType.tp_dealloc = op_dealloc;

@@ -106,3 +106,25 @@ def test_they_behave_as_functions_and_methods():
     grads = mx.grad(lambda v: mx.sum(mx.exp(v) * v))(x)
     np.testing.assert_allclose(np.asarray(grads), np.exp([1.0, 2.0]) * (np.array([1.0, 2.0]) + 1),
                                rtol=1e-6)
+
+
+def test_they_pickle_and_copy_as_functions_do():
+    import copy
+    import pickle
+    import lazyx.nn as nn
+    for op in (mx.multiply, mx.exp, mx.add, mx.array.__mul__):
+        assert pickle.loads(pickle.dumps(op)) is op
+        assert copy.copy(op) is op and copy.deepcopy(op) is op
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = mx.tanh  # an op held by a module: deep copies keep it
+            self.w = mx.array([0.5, 2.0])
+
+        def __call__(self, x):
+            return self.act(x * self.w)
+
+    m = copy.deepcopy(Scaled())
+    assert m.act is mx.tanh
+    np.testing.assert_allclose(np.asarray(m(mx.array([1.0, 1.0]))), np.tanh([0.5, 2.0]), rtol=1e-6)
