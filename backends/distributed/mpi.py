@@ -29,16 +29,20 @@ use it to debug.
 A rank that dies: an uncaught exception on one rank calls ``MPI_Abort`` (the hook
 :func:`_abort_on_uncaught_exception` installs, as ``python -m mpi4py`` does), and a
 process killed by a signal is noticed by ``mpirun``; either way ``mpirun`` ends every
-process of the job with a non-zero status, so the others do not hang. MPI has no
-timeout of its own: a rank that leaves with ``sys.exit(code)`` in the middle of a
-program, or never reaches a collective the others wait in, still hangs them (end
-with an exception instead, or put the job under ``lazyx.launch``'s time limit).
+process of the job with a non-zero status, so the others do not hang. A rank that
+leaves quietly (``sys.exit(0)`` in the middle of a program) or never reaches a
+collective the others wait in is caught by a timeout, as ``torch.distributed``'s: every
+operation is MPI's non-blocking form (``Iallreduce``, ``Irecv`` ...) waited for by
+polling, and a process that has waited ``LAZYX_DIST_COLLECTIVE_TIMEOUT`` seconds
+(default 1800; ``0``: forever) raises a :class:`DistributedError` naming the operation,
+its rank and the timeout (uncaught, it aborts the job as above).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 
 import numpy as np
 
@@ -101,6 +105,26 @@ class MPICommunicator(Communicator):
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.check = read_variable("LAZYX_DIST_CHECK", DistributedError) in ON
+        timeout = read_variable("LAZYX_DIST_COLLECTIVE_TIMEOUT", DistributedError)
+        self.timeout = 1800.0 if timeout is None else float(timeout)
+
+    def _wait(self, request, what: str, status=None) -> None:
+        """Wait for MPI ``request`` (polling: MPI progresses in ``Test``), or raise after
+        :attr:`timeout` seconds naming ``what``."""
+        if request.Test(status):
+            return
+        deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+        spins = 0
+        while not request.Test(status):
+            spins += 1
+            if spins > 2000:  # a long wait: stop burning the core another rank may need
+                time.sleep(0.0001)
+            if deadline is not None and time.monotonic() > deadline:
+                raise DistributedError(
+                    f"[{what}] Rank {self.rank} of {self.size} (mpi) waited {self.timeout:g} s "
+                    f"for the other processes: one of them died or left, or they called "
+                    f"different collectives. LAZYX_DIST_COLLECTIVE_TIMEOUT sets the wait "
+                    f"(0: forever).")
 
     # -- helpers -----------------------------------------------------------------
     def _verify(self, what: str, x) -> None:
@@ -136,9 +160,10 @@ class MPICommunicator(Communicator):
         out = np.empty_like(x)
         datatype, mpi_op = self._reduction(x, op)
         if datatype is None:
-            self.comm.Allreduce(x, out, op=mpi_op)
+            req = self.comm.Iallreduce(x, out, op=mpi_op)
         else:
-            self.comm.Allreduce([x, datatype], [out, datatype], op=mpi_op)
+            req = self.comm.Iallreduce([x, datatype], [out, datatype], op=mpi_op)
+        self._wait(req, f"all_{op}")
         return out
 
     def all_gather(self, x):
@@ -148,7 +173,8 @@ class MPICommunicator(Communicator):
         shape = (self.size,) if x.ndim == 0 else (self.size * x.shape[0],) + x.shape[1:]
         out = np.empty(shape, x.dtype)
         MPI = _mpi()
-        self.comm.Allgather([_bytes(x), MPI.BYTE], [_bytes(out), MPI.BYTE])
+        self._wait(self.comm.Iallgather([_bytes(x), MPI.BYTE], [_bytes(out), MPI.BYTE]),
+                   "all_gather")
         return out
 
     def reduce_scatter(self, x):
@@ -158,21 +184,24 @@ class MPICommunicator(Communicator):
         out = np.empty((x.shape[0] // self.size,) + x.shape[1:], x.dtype)
         datatype, mpi_op = self._reduction(x, "sum")
         if datatype is None:
-            self.comm.Reduce_scatter_block(x, out, op=mpi_op)
+            req = self.comm.Ireduce_scatter_block(x, out, op=mpi_op)
         else:
-            self.comm.Reduce_scatter_block([x, datatype], [out, datatype], op=mpi_op)
+            req = self.comm.Ireduce_scatter_block([x, datatype], [out, datatype], op=mpi_op)
+        self._wait(req, "sum_scatter")
         return out
 
     def send(self, x, dst):
         MPI = _mpi()
-        self.comm.Send([_bytes(_contiguous(x)), MPI.BYTE], dest=dst, tag=_TAG)
+        self._wait(self.comm.Isend([_bytes(_contiguous(x)), MPI.BYTE], dest=dst, tag=_TAG),
+                   f"send to rank {dst}")
 
     def recv(self, shape, dtype, src):
         MPI = _mpi()
         out = np.empty(shape, dtype)
         status = MPI.Status()
         try:
-            self.comm.Recv([_bytes(out), MPI.BYTE], source=src, tag=_TAG, status=status)
+            self._wait(self.comm.Irecv([_bytes(out), MPI.BYTE], source=src, tag=_TAG),
+                       f"recv from rank {src}", status)
         except MPI.Exception as e:
             if e.Get_error_class() == MPI.ERR_TRUNCATE:
                 raise DistributedError(

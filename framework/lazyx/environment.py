@@ -200,6 +200,12 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "rendezvous before a `DistributedError`.",
         ("backends/distributed/nccl.py",), number="a time in seconds"),
     EnvironmentVariable(
+        "LAZYX_DIST_COLLECTIVE_TIMEOUT", "1800",
+        "Seconds an `mpi` collective, send or receive waits for the other processes before "
+        "a `DistributedError` (a process died or left, or they called different "
+        "collectives); `0`: forever. Read when a communicator starts.",
+        ("backends/distributed/mpi.py",), number="a time in seconds"),
+    EnvironmentVariable(
         "LAZYX_DIST_CHECK", "unset: collectives are not checked across processes",
         "`1` (or `true`, `yes`, `on`): before each collective the `mpi` backend checks that "
         "every process calls the same op with the same shape and dtype (one more small "

@@ -80,6 +80,21 @@ def test_a_rank_that_fails_ends_the_job_instead_of_a_hang():
     assert "passed the all_sum" not in r.stdout
 
 
+@requires_mpi
+def test_a_rank_that_leaves_quietly_ends_the_job_after_the_timeout():
+    # Rank 1 exits normally before the all_sum rank 0 waits in: rank 0 gives up after
+    # LAZYX_DIST_COLLECTIVE_TIMEOUT seconds with an error naming the op, never hangs.
+    script = ("import sys, lazyx.core as mx\n"
+              "g = mx.distributed.init(strict=True)\n"
+              "if g.rank() == 1: sys.exit(0)\n"
+              "mx.eval(mx.distributed.all_sum(mx.ones(4)))\n"
+              "print('rank 0 passed the all_sum')\n")
+    r = mpirun(2, "-c", script, env={"LAZYX_DIST_COLLECTIVE_TIMEOUT": "2"})
+    assert r.returncode != 0
+    assert "passed the all_sum" not in r.stdout
+    assert "[all_sum] Rank 0 of 2 (mpi) waited 2 s" in r.stderr, r.stderr[-3000:]
+
+
 # -- one process --------------------------------------------------------------------------
 @pytest.fixture
 def fresh(monkeypatch):
