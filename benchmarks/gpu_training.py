@@ -124,29 +124,8 @@ def lazyx_lm(compiled: bool):
                 x = b(x, mask)
             return self.embedding.as_linear(self.norm(x))
 
-    model = LM_()
-    optimizer = optim.Adam(learning_rate=1e-3)
-
-    def loss_fn(model, x, y):
-        return nn.losses.cross_entropy(model(x), y, reduction="mean")
-
-    loss_and_grad = nn.value_and_grad(model, loss_fn)
-    state = [model.state, optimizer.state]
-
-    def step(x, y):
-        loss, grads = loss_and_grad(model, x, y)
-        optimizer.update(model, grads)
-        return loss
-
-    if compiled:
-        step = mx.compile(step, inputs=state, outputs=state)
-    x, y = (mx.array(a) for a in _lm_data())
-
-    def run():
-        loss = step(x, y)
-        mx.eval(loss, state)
-        return loss
-    return run, mx.synchronize
+    # The MLP benchmark's trainer: nn.value_and_grad + Adam, compiled with the state.
+    return T._mlx_like_trainer(mx, nn, optim, LM_(), *_lm_data(), compiled), mx.synchronize
 
 
 def torch_lm(torch, compiled: bool):
