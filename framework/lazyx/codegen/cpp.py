@@ -38,7 +38,8 @@ qualifiers of a helper), the namespace ``lx_m`` (the math functions and type
 traits of the standard library: an alias of ``std`` here, device code there),
 the integer typedefs ``lx_i64``, ``lx_u8``, ``lx_u32``, a complex type ``c64``
 with ``real()``/``imag()``, and ``lx_f2i<To>(x)``, a float-to-integer
-conversion (as NumPy's casts behave on the host).
+conversion (as NumPy's casts behave on the host); optionally ``LX_THREAD``, the
+address space of a pointer to a local (MSL's ``thread``, :mod:`lazyx.codegen.msl`).
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def _rational(name: str, saturate: float, p, q) -> str:
 #: The semantic helpers every renderer shares (see the module docstring for what the
 #: including source must define first). Each op's meaning is written here once.
 HELPERS = r"""// -- lazyx semantic helpers (shared by the renderers; see lazyx/codegen/cpp.py) --------
+// LX_THREAD: the address space of a pointer to a local (MSL's `thread`; nothing in C++).
+#ifndef LX_THREAD
+#define LX_THREAD
+#endif
 template <class T> struct lx_is_complex { static constexpr bool value = false; };
 template <> struct lx_is_complex<c64> { static constexpr bool value = true; };
 template <class T> constexpr bool lx_cplx = lx_is_complex<T>::value;
@@ -231,7 +236,7 @@ template <class T> LX_FN T lx_sub(T a, T b) {
   else return (T)(a - b);
 }
 // NumPy's float divmod: the quotient is floored, the remainder has b's sign.
-template <class T> LX_FN T lx_fdivmod(T a, T b, T* rem) {
+template <class T> LX_FN T lx_fdivmod(T a, T b, LX_THREAD T* rem) {
   T mod = lx_m::fmod(a, b);
   if (!b) { *rem = mod; return a / b; }
   T div = (a - mod) / b;
