@@ -63,18 +63,8 @@ def torch_mlp(torch, compiled: bool):
     layers = []
     for i, o in zip(T.SIZES[:-1], T.SIZES[1:]):
         layers += [torch.nn.Linear(i, o), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers[:-1]).cuda()
-    fwd = torch.compile(model) if compiled else model
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = T._mlp_data()
-    x, y = torch.from_numpy(x).cuda(), torch.from_numpy(y.astype(np.int64)).cuda()
-
-    def run():
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(fwd(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
+    run = T._torch_trainer(torch, torch.nn.Sequential(*layers[:-1]), *T._mlp_data(), "cuda",
+                           compiled)
     return run, torch.cuda.synchronize
 
 

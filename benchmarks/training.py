@@ -119,13 +119,17 @@ def _mlx_like_trainer(core, nn, optim, model, x, y, compiled: bool):
     return run
 
 
-def _torch_trainer(torch, model, x, y):
+def _torch_trainer(torch, model, x, y, device: str = "cpu", compiled: bool = False):
+    """``run()``: one PyTorch step (``loss.backward()`` + ``Adam.step()``) of ``model`` on
+    ``device``, its forward under ``torch.compile`` when ``compiled``."""
+    model = model.to(device)
+    forward = torch.compile(model) if compiled else model
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+    x, y = torch.from_numpy(x).to(device), torch.from_numpy(y.astype(np.int64)).to(device)
 
     def run():
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
         loss.backward()
         optimizer.step()
         return loss

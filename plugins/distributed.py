@@ -478,13 +478,6 @@ class Recv(Collective):
     def run(self, comm, inputs):
         return comm.recv(self.shape, self.dtype.np, self.src)
 
-    def eval_gpu(self, inputs):
-        out = self.run(self.group._comm, inputs)
-        if isinstance(out, np.ndarray) and getattr(self.group._comm, "serves_any", False):
-            # the examples' one-process loopback holds host arrays: the GPU node's result
-            # is a device buffer (a real GPU group, NCCL, receives into one)
-            out = backend_for(DeviceType.gpu).from_host(out)
-        return out
 
     def vjp(self, primals, cotangents, argnums, outputs):
         return [None] * len(argnums)
@@ -695,7 +688,6 @@ class _Loopback(LocalCommunicator):
     with that shape and dtype."""
 
     backend = "loopback"
-    serves_any = True  # a test double: serves the buffers of whichever device runs the node
 
     def __init__(self):
         self.sent: dict = {}
@@ -717,8 +709,14 @@ def _local_examples():
     primed = uniform((2, 3))
 
     def recv_example():
-        loop._comm.sent[(primed.shape, primed.dtype)] = primed
-        return (lambda x: _recv(x.shape, x.dtype, 0, loop, here())), [np.zeros((2, 3))]
+        def fn(x):
+            # primed with a buffer of the device the node runs on, as a real group receives
+            s = here()
+            loop._comm.sent[(primed.shape, primed.dtype)] = (
+                primed if s.device.type is DeviceType.cpu
+                else backend_for(s.device.type).from_host(primed))
+            return _recv(x.shape, x.dtype, 0, loop, s)
+        return fn, [np.zeros((2, 3))]
 
     return [
         (AllReduce, example(lambda x: _all_reduce(x, "sum", one, here()), uniform((2, 3)))),

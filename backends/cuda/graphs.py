@@ -75,13 +75,15 @@ class _Graph:
     """
 
     __slots__ = ("graph", "ins", "outs", "single", "pool", "stream", "tables", "checks",
-                 "table", "n_in", "ring", "turn")
+                 "statics", "table", "n_in", "ring", "turn")
 
     def __init__(self, graph, ins, outs, single, pool, stream, tables, checks, table):
         self.graph, self.ins, self.outs, self.single = graph, ins, outs, single
         self.pool, self.stream, self.tables = pool, stream, tables
         # The index checks the plan queues (.kernels): (check, its static device extremes).
         self.checks = checks
+        # What the last copy kernel copies out, in table order: outputs, then extremes.
+        self.statics = outs + [ext for _, ext in checks]
         self.table = table
         self.n_in = len(ins)
         self.ring = []
@@ -96,7 +98,7 @@ class _Graph:
             host = np.frombuffer(mem, np.int64, rows * 3).reshape(rows, 3)
             for r, x in enumerate(self.ins):
                 host[r, 1], host[r, 2] = x.data.ptr, x.nbytes
-            for j, o in enumerate(self.static_outs()):
+            for j, o in enumerate(self.statics):
                 host[self.n_in + j, 0], host[self.n_in + j, 2] = o.data.ptr, o.nbytes
             slot = [mem, host, cp.cuda.Event(block=False, disable_timing=True), False]
             self.ring.append(slot)
@@ -107,9 +109,6 @@ class _Graph:
             _rt.host_sync("CUDA graph copy tables all in flight")
             slot[2].synchronize()
         return slot
-
-    def static_outs(self) -> list:
-        return self.outs + [ext for _, ext in self.checks]
 
 
 #: Pinned copy tables per graph: calls the host may run ahead of the GPU before waiting.
@@ -237,7 +236,7 @@ def _launch(g: _Graph, inputs):
         host[r, 0] = x.data.ptr
     n = g.n_in
     fresh = []
-    for o in g.static_outs():
+    for o in g.statics:
         f = cp.empty(o.shape, o.dtype)
         host[n, 1] = f.data.ptr
         fresh.append(f)

@@ -16,9 +16,10 @@ import functools
 import numpy as np
 
 import lazyx.core as mx
-from helpers import ALL_DTYPES, random_array
+from helpers import ALL_DTYPES, TOLERANCES, random_array
 from lazyx import registry
 from lazyx.errors import DtypeError
+from lazyx.transforms.fusion import Compiled
 
 # Input data by role: ``x`` for every operand, ``y`` for second operands. One
 # input for all ops keeps every node of a dtype in one fused kernel (sibling
@@ -167,3 +168,52 @@ def walk_cases(primitives, layouts, shape=(8, 33)) -> list:
             cases.append((dtype, layout, arrays, items, flat))
     return cases
 
+
+
+# -- the renderers' walks (test_cuda_render.py, test_msl_render.py) ------------------------
+def add_pairs(table: dict, dtype, layout, items, flat, fused, results) -> None:
+    """Record in ``table`` (``{(class, dtype, layout): [(label, [(kernel output, unfused
+    output)])]}``) each output of a walk case whose fused node's kernel ran: ``results``
+    maps ``id`` of a ``Compiled`` primitive to its outputs; ``fused[k]`` replaces
+    ``flat[k]``, the outputs of ``items`` in order."""
+    k = 0
+    for cls, label, outs in items:
+        pairs = []
+        for _ in outs:
+            f, u = fused[k], flat[k]
+            k += 1
+            if isinstance(f._prim, Compiled) and id(f._prim) in results:
+                sib = f._siblings
+                j = 0 if sib is None else [id(s) for s in sib].index(id(f))
+                pairs.append((results[id(f._prim)][j], u))
+        table.setdefault((cls, dtype, layout), []).append((label, pairs))
+
+
+def check_pairs(table: dict, cls, kernel: str) -> set:
+    """Compare every recorded output of ``cls`` with the unfused graph's (``kernel`` names
+    the renderer's in messages); the layouts that had one."""
+    checked = set()
+    for (c, dtype, layout), entries in table.items():
+        if c is not cls:
+            continue
+        for label, pairs in entries:
+            for j, (got, unfused) in enumerate(pairs):
+                same_values(got, unfused, f"{cls.name} {label} on {dtype.name}, {layout} "
+                                          f"layout, output {j}: {kernel} vs unfused")
+                checked.add(layout)
+    return checked
+
+
+def same_values(actual, expected, msg) -> None:
+    """A kernel's output against the unfused graph's: the same dtype and shape, exact for
+    integers and bool, within the dtype's tolerance for floating and complex ones."""
+    e = np.array(expected)
+    assert actual.dtype == e.dtype and actual.shape == e.shape, msg
+    d = expected.dtype  # lazyx's (bfloat16's NumPy dtype has kind "V")
+    if d.kind in "fc":
+        wide = np.complex128 if d.kind == "c" else np.float64
+        r, t = TOLERANCES[d.name]
+        np.testing.assert_allclose(actual.astype(wide), e.astype(wide), rtol=r, atol=t,
+                                   equal_nan=True, err_msg=msg)
+    else:
+        np.testing.assert_array_equal(actual, e, err_msg=msg)

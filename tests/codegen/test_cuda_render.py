@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from fusible import UNBOUNDED, fusible_primitives, walk_cases
-from helpers import ALL_DTYPES, TOLERANCES, assert_close, random_array, rng, to_lazyx
+from fusible import UNBOUNDED, add_pairs, check_pairs, fusible_primitives, walk_cases
+from helpers import ALL_DTYPES, assert_close, random_array, rng, to_lazyx
 from lazyx import backend as _backend
 from lazyx.backend import Backend, register_backend, invalidate_dispatch
 from lazyx.backends.cuda import compiled as cuda_compiled
@@ -141,31 +141,8 @@ def walk():
                 bufs = [b if b.size == 1 else _unaligned(b) for b in bufs]
             results[id(prim)] = run_on_cpu(prim.program, bufs, runner)
         launched[layout] = launched.get(layout, set()) | {name for name, _ in runner.launches}
-        k = 0
-        for cls, label, outs in items:
-            pairs = []
-            for _ in outs:
-                f, u = fused[k], flat[k]
-                k += 1
-                if isinstance(f._prim, Compiled):
-                    sib = f._siblings
-                    j = 0 if sib is None else [id(s) for s in sib].index(id(f))
-                    pairs.append((results[id(f._prim)][j], u))
-            table.setdefault((cls, dtype, layout), []).append((label, pairs))
+        add_pairs(table, dtype, layout, items, flat, fused, results)
     return table, launched
-
-
-def _same(actual, expected, msg):
-    e = np.array(expected)
-    assert actual.dtype == e.dtype and actual.shape == e.shape, msg
-    d = expected.dtype
-    if d.kind in "fc":
-        wide = np.complex128 if d.kind == "c" else np.float64
-        r, t = TOLERANCES[d.name]
-        np.testing.assert_allclose(actual.astype(wide), e.astype(wide), rtol=r, atol=t,
-                                   equal_nan=True, err_msg=msg)
-    else:
-        np.testing.assert_array_equal(actual, e, err_msg=msg)
 
 
 def test_every_layout_ran_its_kernel(walk):
@@ -180,15 +157,7 @@ def test_every_layout_ran_its_kernel(walk):
 @pytest.mark.parametrize("cls", PRIMITIVES, ids=lambda c: c.name)
 def test_cuda_kernels_match_the_unfused_graph(cls, walk):
     table, _ = walk
-    checked = 0
-    for (c, dtype, layout), entries in table.items():
-        if c is not cls:
-            continue
-        for label, pairs in entries:
-            for j, (got, unfused) in enumerate(pairs):
-                _same(got, unfused, f"{cls.name} {label} on {dtype.name}, {layout} layout, "
-                                    f"output {j}: CUDA kernel (on the host) vs unfused")
-                checked += 1
+    checked = check_pairs(table, cls, "CUDA kernel (on the host)")
     assert checked, f"{cls.name} declares to_expression but fused for no dtype"
 
 

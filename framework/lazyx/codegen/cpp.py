@@ -136,6 +136,40 @@ def _rational(name: str, saturate: float, p, q) -> str:
 }}"""
 
 
+def type_traits(integers, floats) -> str:
+    """``lx_m``'s type traits, for a source without the standard library (CUDA's NVRTC,
+    MSL): ``info<T>`` and the ``is_*_v``, ``is_same_v``, ``make_unsigned_t`` and
+    ``conditional_t`` the helpers use. ``integers`` are (signed, unsigned) type-name pairs,
+    narrowest first; ``floats`` the floating types. (C++ sources alias ``std``.)"""
+    info = ["LX_INFO(bool, false, true, false)"]
+    for signed, unsigned in integers:
+        info += [f"LX_INFO({signed}, false, true, true)", f"LX_INFO({unsigned}, false, true, false)"]
+    info += [f"LX_INFO({f}, true, false, true)" for f in floats]
+    unsigned_of = [f"template <> struct make_unsigned<{s}> {{ typedef {u} type; }};"
+                   for s, u in integers]
+    return "\n".join([
+        "template <class T> struct info { static constexpr bool fp = false, integral = false, "
+        "sign = false; };",
+        "#define LX_INFO(T, F, I, S) \\",
+        "  template <> struct info<T> { static constexpr bool fp = F, integral = I, sign = S; };",
+        *info,
+        "#undef LX_INFO",
+        "template <class T> constexpr bool is_floating_point_v = info<T>::fp;",
+        "template <class T> constexpr bool is_integral_v = info<T>::integral;",
+        "template <class T> constexpr bool is_signed_v = info<T>::sign;",
+        "template <class T> constexpr bool is_unsigned_v = info<T>::integral && !info<T>::sign;",
+        "template <class A, class B> struct same { static constexpr bool value = false; };",
+        "template <class A> struct same<A, A> { static constexpr bool value = true; };",
+        "template <class A, class B> constexpr bool is_same_v = same<A, B>::value;",
+        "template <class T> struct make_unsigned { typedef T type; };",
+        *unsigned_of,
+        "template <class T> using make_unsigned_t = typename make_unsigned<T>::type;",
+        "template <bool C, class A, class B> struct conditional { typedef A type; };",
+        "template <class A, class B> struct conditional<false, A, B> { typedef B type; };",
+        "template <bool C, class A, class B> using conditional_t = "
+        "typename conditional<C, A, B>::type;"])
+
+
 #: The semantic helpers every renderer shares (see the module docstring for what the
 #: including source must define first). Each op's meaning is written here once.
 HELPERS = r"""// -- lazyx semantic helpers (shared by the renderers; see lazyx/codegen/cpp.py) --------

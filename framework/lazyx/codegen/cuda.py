@@ -41,7 +41,7 @@ shim header, which is how they are tested on machines without a GPU.
 from __future__ import annotations
 
 from .. import dtypes as dt
-from .cpp import HELPERS, TEMPLATES, Dialect, used_inputs
+from .cpp import HELPERS, TEMPLATES, Dialect, type_traits, used_inputs
 from .ir import Program
 
 __all__ = ["render", "vector_width", "COMPUTE_TYPES", "STORAGE_TYPES", "CUDA", "OPTIONS",
@@ -132,37 +132,9 @@ LX_FN bool operator!=(c64 a, c64 b) { return !(a == b); }
 
 // -- the standard library's part: type traits and math, on the device --------------------
 namespace lx_m {
-template <class T> struct info { static constexpr bool fp = false, integral = false, sign = false; };
-#define LX_INFO(T, F, I, S) \
-  template <> struct info<T> { static constexpr bool fp = F, integral = I, sign = S; };
-LX_INFO(bool, false, true, false)
-LX_INFO(signed char, false, true, true)
-LX_INFO(unsigned char, false, true, false)
-LX_INFO(short, false, true, true)
-LX_INFO(unsigned short, false, true, false)
-LX_INFO(int, false, true, true)
-LX_INFO(unsigned int, false, true, false)
-LX_INFO(long long, false, true, true)
-LX_INFO(unsigned long long, false, true, false)
-LX_INFO(float, true, false, true)
-LX_INFO(double, true, false, true)
-#undef LX_INFO
-template <class T> constexpr bool is_floating_point_v = info<T>::fp;
-template <class T> constexpr bool is_integral_v = info<T>::integral;
-template <class T> constexpr bool is_signed_v = info<T>::sign;
-template <class T> constexpr bool is_unsigned_v = info<T>::integral && !info<T>::sign;
-template <class A, class B> struct same { static constexpr bool value = false; };
-template <class A> struct same<A, A> { static constexpr bool value = true; };
-template <class A, class B> constexpr bool is_same_v = same<A, B>::value;
-template <class T> struct make_unsigned { typedef T type; };
-template <> struct make_unsigned<signed char> { typedef unsigned char type; };
-template <> struct make_unsigned<short> { typedef unsigned short type; };
-template <> struct make_unsigned<int> { typedef unsigned int type; };
-template <> struct make_unsigned<long long> { typedef unsigned long long type; };
-template <class T> using make_unsigned_t = typename make_unsigned<T>::type;
-template <bool C, class A, class B> struct conditional { typedef A type; };
-template <class A, class B> struct conditional<false, A, B> { typedef B type; };
-template <bool C, class A, class B> using conditional_t = typename conditional<C, A, B>::type;
+""" + type_traits([("signed char", "unsigned char"), ("short", "unsigned short"),
+                ("int", "unsigned int"), ("long long", "unsigned long long")],
+               ["float", "double"]) + r"""
 
 template <class T> struct numeric_limits {};
 template <> struct numeric_limits<float> {

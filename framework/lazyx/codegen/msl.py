@@ -59,6 +59,7 @@ from .cpp import (
     TEMPLATES,
     Dialect,
     _rational,
+    type_traits,
     used_inputs,
 )
 from .ir import Program
@@ -174,36 +175,8 @@ struct c64 {
 
 // -- the standard library's part: type traits and math --------------------------------
 namespace lx_m {
-template <class T> struct info { static constexpr bool fp = false, integral = false, sign = false; };
-#define LX_INFO(T, F, I, S) \
-  template <> struct info<T> { static constexpr bool fp = F, integral = I, sign = S; };
-LX_INFO(bool, false, true, false)
-LX_INFO(lx_i8, false, true, true)
-LX_INFO(lx_u8, false, true, false)
-LX_INFO(lx_i16, false, true, true)
-LX_INFO(lx_u16, false, true, false)
-LX_INFO(lx_i32, false, true, true)
-LX_INFO(lx_u32, false, true, false)
-LX_INFO(lx_i64, false, true, true)
-LX_INFO(lx_u64, false, true, false)
-LX_INFO(float, true, false, true)
-#undef LX_INFO
-template <class T> constexpr bool is_floating_point_v = info<T>::fp;
-template <class T> constexpr bool is_integral_v = info<T>::integral;
-template <class T> constexpr bool is_signed_v = info<T>::sign;
-template <class T> constexpr bool is_unsigned_v = info<T>::integral && !info<T>::sign;
-template <class A, class B> struct same { static constexpr bool value = false; };
-template <class A> struct same<A, A> { static constexpr bool value = true; };
-template <class A, class B> constexpr bool is_same_v = same<A, B>::value;
-template <class T> struct make_unsigned { typedef T type; };
-template <> struct make_unsigned<lx_i8> { typedef lx_u8 type; };
-template <> struct make_unsigned<lx_i16> { typedef lx_u16 type; };
-template <> struct make_unsigned<lx_i32> { typedef lx_u32 type; };
-template <> struct make_unsigned<lx_i64> { typedef lx_u64 type; };
-template <class T> using make_unsigned_t = typename make_unsigned<T>::type;
-template <bool C, class A, class B> struct conditional { typedef A type; };
-template <class A, class B> struct conditional<false, A, B> { typedef B type; };
-template <bool C, class A, class B> using conditional_t = typename conditional<C, A, B>::type;
+""" + type_traits([("lx_i8", "lx_u8"), ("lx_i16", "lx_u16"), ("lx_i32", "lx_u32"),
+                ("lx_i64", "lx_u64")], ["float"]) + r"""
 
 template <class T> struct numeric_limits {};
 template <> struct numeric_limits<float> {
