@@ -35,6 +35,7 @@ are :class:`LaunchError` messages that name the fix, exit status 2.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -189,8 +190,8 @@ def _pump(stream, out, prefix: str, lock: threading.Lock) -> None:
 class _Supervisor:
     """Runs processes to completion: the first failure or the time limit stops them all."""
 
-    def __init__(self, procs: list, timeout: float | None):
-        self.procs = procs
+    def __init__(self, timeout: float | None):
+        self.procs: list = []  # filled by the caller inside forwarding()
         self.deadline = None if not timeout else time.monotonic() + timeout
         self.timeout = timeout
         self.signalled = None
@@ -224,16 +225,26 @@ class _Supervisor:
         self.signalled = signum
         self.signal_all(sig)
 
-    def run(self, names: list) -> int:
+    @contextlib.contextmanager
+    def forwarding(self):
+        """SIGINT and SIGTERM forwarded to the ranks while inside: enter it before the
+        first process starts, so a signal that comes while they start is not lost (nor
+        ends the launcher on its own)."""
         previous = {}
         if threading.current_thread() is threading.main_thread():
             for s in (signal.SIGINT, signal.SIGTERM):
                 previous[s] = signal.signal(s, self._forward)
         try:
-            return self._watch(names)
+            yield self
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+    def run(self, names: list) -> int:
+        """Watch the processes (inside :meth:`forwarding`) until the job ends; its status."""
+        if self.signalled is not None:  # it came while they started: they get it now
+            self.signal_all(self.signalled)
+        return self._watch(names)
 
     def _watch(self, names: list) -> int:
         while True:
@@ -269,23 +280,26 @@ def _popen(argv: list, env: dict, pipe: bool) -> subprocess.Popen:
 def _spawn_local(job: Job) -> int:
     addr = f"127.0.0.1:{free_port()}"
     lock = threading.Lock()
-    procs, pumps = [], []
-    try:
-        for rank in range(job.n):
-            p = _popen(job.argv, rank_environment(rank, job.n, addr), pipe=True)
-            procs.append(p)
-            prefix = f"[{rank}] " if job.prefix and job.n > 1 else ""
-            for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-                t = threading.Thread(target=_pump, args=(stream, out, prefix, lock), daemon=True)
-                t.start()
-                pumps.append(t)
-    except BaseException:
-        _Supervisor(procs, None).stop()
-        raise
-    if job.verbose:
-        sys.stderr.write(f"lazyx.launch: {job.n} local rank(s), rendezvous {addr}: "
-                         f"{' '.join(job.argv)}\n")
-    code = _Supervisor(procs, job.timeout).run([f"rank {r}" for r in range(job.n)])
+    pumps = []
+    supervisor = _Supervisor(job.timeout)
+    with supervisor.forwarding():
+        try:
+            for rank in range(job.n):
+                p = _popen(job.argv, rank_environment(rank, job.n, addr), pipe=True)
+                supervisor.procs.append(p)
+                prefix = f"[{rank}] " if job.prefix and job.n > 1 else ""
+                for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+                    t = threading.Thread(target=_pump, args=(stream, out, prefix, lock),
+                                         daemon=True)
+                    t.start()
+                    pumps.append(t)
+        except BaseException:
+            supervisor.stop()
+            raise
+        if job.verbose:
+            sys.stderr.write(f"lazyx.launch: {job.n} local rank(s), rendezvous {addr}: "
+                             f"{' '.join(job.argv)}\n")
+        code = supervisor.run([f"rank {r}" for r in range(job.n)])
     for t in pumps:
         t.join(timeout=2.0)  # the last lines of a rank (its pipe closed when it exited)
     return code
@@ -296,8 +310,10 @@ def _run_mpi(job: Job) -> int:
     cmd = mpi_command(job, mpirun, _mpi_flavour(mpirun))
     if job.verbose:
         sys.stderr.write(f"lazyx.launch: {' '.join(cmd)}\n")
-    proc = _popen(cmd, _mpi_environment(), pipe=False)
-    return _Supervisor([proc], job.timeout).run(["mpirun"])
+    supervisor = _Supervisor(job.timeout)
+    with supervisor.forwarding():
+        supervisor.procs.append(_popen(cmd, _mpi_environment(), pipe=False))
+        return supervisor.run(["mpirun"])
 
 
 def launch(job: Job) -> int:
