@@ -11,7 +11,9 @@ where the kernel is bandwidth-bound:
   (TFLOP/s counting the causal half of the products);
 - ``rms_norm`` and ``layer_norm`` of 16384x8192 bfloat16 (GB/s read + written);
 - a 4-bit ``quantized_matmul`` of 1x4096 by 4096x4096 (decode-shaped; GB/s of packed
-  weights, scales and biases read), against the copy's bandwidth: the bound.
+  weights, scales and biases read), against the copy's bandwidth: the bound; once as one
+  eager call (what a call costs: the host's launch dominates) and once as 16 chained
+  products of 16 weights in one compiled call (a CUDA graph: the kernel's own pace).
 
 Every timing waits for the GPU; medians of interleaved repeats after warm-ups. The
 last column is lazyx's time over the best peer's (for the copy rows, the fraction of
@@ -120,6 +122,34 @@ def main(argv=None):
          "torch bf16 matmul": tf(lambda: txv @ twq.T),
          "cupy copy (same bytes, r+w/2)": cpf(lambda: same.copy())},
         work=weight_bytes, unit="GB/s")
+
+    # The kernel itself: one call of the row above costs the host more than the GPU (a
+    # launch alone ~5 us here), so 16 products of 16 different weights (more bytes than
+    # the L2 cache holds) run in one compiled call, replayed as one CUDA graph.
+    chain = 16
+    ws = [mx.quantize(both((4096, 4096), 0.05)[0], group_size=64, bits=4) for _ in range(chain)]
+    mx.eval(ws)
+
+    def products(x, *flat):
+        for i in range(chain):
+            x = mx.quantized_matmul(x, *flat[3 * i:3 * i + 3], transpose=True, group_size=64,
+                                    bits=4)
+        return x
+    compiled = mx.compile(products)
+    flat = [a for w3 in ws for a in w3]
+    twc = [twq.clone() for _ in range(chain)]
+
+    def torch_chain():
+        y = txv
+        for t in twc:
+            y = y @ t.T
+        return y
+    many = cp.empty(chain * weight_bytes // 2, dtype=cp.uint16)
+    row(f"quantized_matmul 4-bit, {chain} chained in a CUDA graph (GB/s of weights)",
+        {"lazyx": lz(lambda: compiled(xv, *flat)),
+         "torch bf16 matmuls (eager, queued)": tf(torch_chain),
+         "cupy copy (same bytes, r+w/2)": cpf(lambda: many.copy())},
+        work=chain * weight_bytes, unit="GB/s")
 
     table.print(52)
 

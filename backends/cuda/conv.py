@@ -27,7 +27,7 @@ from lazyx.backends.cpu.kernels.common import bf16_as_float32
 from lazyx.backends.cpu.kernels.conv import convolution_kernel
 from lazyx.plugins import conv as cv
 
-from .cudnn import DATA_TYPES, CudnnError, convolution_forward, library
+from .cudnn import DATA_TYPES, CudnnError, forward_call, library
 
 _im2col = bf16_as_float32(convolution_kernel(cp))
 
@@ -52,19 +52,39 @@ def _prepare(p, x):
     return x, pad
 
 
+#: ``key -> (cuDNN call, output shape)`` of the convolutions cuDNN runs on their inputs as
+#: they are (no dilation, cropping or one-sided padding to make first): a later call with
+#: the same layout allocates the output and executes the plan, nothing else.
+_CALLS: dict = {}
+
+
 def _by_cudnn(p, x, w):
+    key = (cp.cuda.runtime.getDevice(), x.shape, w.shape, x.dtype, p.strides, p.padding_lo,
+           p.padding_hi, p.kernel_dilation, p.input_dilation, p.groups, p.flip)
+    hit = _CALLS.get(key)
+    if hit is not None and x.flags.c_contiguous and w.flags.c_contiguous:
+        run, shape = hit
+        y = cp.empty(shape, x.dtype)
+        run(x.data.ptr, w.data.ptr, y.data.ptr)
+        return y
     out_shape = p.output_shapes((x, w))[0]
     dtype = x.dtype
     if dtype.itemsize == 2:  # moved as uint16 (CuPy's bfloat16 copies are slow); zero is 0
         x, w = x.view(cp.uint16), w.view(cp.uint16)
+    given = x
     x, pad = _prepare(p, x)
     stride, dil = list(p.strides), list(p.kernel_dilation)
     if x.ndim == 3:  # cuDNN convolves 2-D and 3-D: a unit height
         x, w = x[:, None], w[:, None]
         pad, stride, dil = [0] + pad, [1] + stride, [1] + dil
     x, w = cp.ascontiguousarray(x), cp.ascontiguousarray(w)
+    # Read as given: not dilated, cropped, padded or copied (only viewed).
+    as_given = x.data.ptr == given.data.ptr and x.size == given.size
     y = cp.empty(out_shape[:1] + (1,) * (x.ndim - len(out_shape)) + out_shape[1:], x.dtype)
-    convolution_forward(x, w, y, dtype, pad, stride, dil, p.groups, p.flip)
+    run = forward_call(x.shape, w.shape, y.shape, dtype, pad, stride, dil, p.groups, p.flip)
+    run(x.data.ptr, w.data.ptr, y.data.ptr)
+    if as_given and len(_CALLS) < 1024:
+        _CALLS[key] = (run, out_shape)
     return y.reshape(out_shape).view(dtype)
 
 

@@ -173,7 +173,10 @@ class _LegacyPlan:
             self.algo, ctypes.c_void_p(space), ctypes.c_size_t(self.size), self.zero, y_desc,
             ctypes.c_void_p(y)), "cudnnConvolutionForward")
 
+    released = False
+
     def release(self, lib):
+        self.released = True
         for d, kind in zip(self.descs, ("Tensor", "Filter", "Convolution", "Tensor")):
             getattr(lib, f"cudnnDestroy{kind}Descriptor")(d)
 
@@ -341,7 +344,10 @@ class _GraphPlan:
             raise
         return pack
 
+    released = False
+
     def release(self, lib):
+        self.released = True
         for pack in self.packs.values():
             lib.cudnnBackendDestroyDescriptor(pack)
         self.packs = {}
@@ -370,6 +376,47 @@ def _new_plan(lib, handle, key):
     return _LegacyPlan(lib, handle, key)
 
 
+def forward_call(x_shape, w_shape, y_shape, dtype, pad, stride, dil, groups: int, flip: bool):
+    """A function ``run(x_ptr, w_ptr, y_ptr)`` that computes ``y = conv(x, w)`` in place
+    with cuDNN on the current device, for contiguous buffers of these shapes (the
+    arguments of :func:`convolution_forward`); the plan is built now. A call costs the
+    stream check, the workspace lookup and the plan's execute.
+
+    Raises:
+        CudnnError: no cuDNN, or a configuration it does not support.
+    """
+    import cupy as cp  # this module is imported only on machines with CuPy
+
+    lib = library()
+    if lib is None:
+        raise CudnnError("no cuDNN library")
+    device = cp.cuda.runtime.getDevice()
+    handle = _handle(lib, device)
+    key = (device, tuple(x_shape), tuple(w_shape), tuple(y_shape), np.dtype(dtype), tuple(pad),
+           tuple(stride), tuple(dil), groups, bool(flip))
+    plans = _state.setdefault("plans", {})
+    plan = plans.get(key)
+    if plan is None:
+        plan = _new_plan(lib, handle, key[1:])
+        if len(plans) >= 512:  # the oldest plan goes, with its descriptors
+            plans.pop(next(iter(plans))).release(lib)
+        plans[key] = plan
+    streams = _state.setdefault("streams", {})
+    current = cp.cuda.get_current_stream
+    size, run_plan = plan.size, plan.run
+
+    def run(x: int, w: int, y: int) -> None:
+        if plan.released:  # evicted from the cache since: its descriptors are gone
+            return forward_call(x_shape, w_shape, y_shape, dtype, pad, stride, dil, groups,
+                                flip)(x, w, y)
+        stream = current().ptr
+        if streams.get(device) != stream:  # the handle keeps the stream it was last given
+            _check(lib.cudnnSetStream(handle, ctypes.c_void_p(stream)), "cudnnSetStream")
+            streams[device] = stream
+        run_plan(lib, handle, x, w, y, _workspace(device, stream, size) if size else 0)
+    return run
+
+
 def convolution_forward(x, w, y, dtype, pad, stride, dil, groups: int, flip: bool) -> None:
     """``y = conv(x, w)`` in place with cuDNN.
 
@@ -385,29 +432,8 @@ def convolution_forward(x, w, y, dtype, pad, stride, dil, groups: int, flip: boo
     Raises:
         CudnnError: no cuDNN, or a configuration it does not support.
     """
-    import cupy as cp  # this module is imported only on machines with CuPy
-
-    lib = library()
-    if lib is None:
-        raise CudnnError("no cuDNN library")
-    device = cp.cuda.Device().id
-    handle = _handle(lib, device)
-    key = (x.shape, w.shape, y.shape, np.dtype(dtype), tuple(pad), tuple(stride), tuple(dil),
-           groups, bool(flip))
-    plans = _state.setdefault("plans", {})
-    plan = plans.get((device,) + key)
-    if plan is None:
-        plan = _new_plan(lib, handle, key)
-        if len(plans) >= 512:  # the oldest plan goes, with its descriptors
-            plans.pop(next(iter(plans))).release(lib)
-        plans[(device,) + key] = plan
-    stream = cp.cuda.get_current_stream().ptr
-    streams = _state.setdefault("streams", {})
-    if streams.get(device) != stream:  # the handle keeps the stream it was last given
-        _check(lib.cudnnSetStream(handle, ctypes.c_void_p(stream)), "cudnnSetStream")
-        streams[device] = stream
-    plan.run(lib, handle, x.data.ptr, w.data.ptr, y.data.ptr,
-             _workspace(device, stream, plan.size) if plan.size else 0)
+    forward_call(x.shape, w.shape, y.shape, dtype, pad, stride, dil, groups, flip)(
+        x.data.ptr, w.data.ptr, y.data.ptr)
 
 
 def _workspace(device: int, stream: int, size: int) -> int:

@@ -6,14 +6,20 @@
   same for the input's cotangent and leave the weight's and bias's per-row terms to a
   column sum.
 * ``rope``: one thread per rotated pair, angles in float32 as the CPU kernels.
-* ``scaled_dot_product_attention``: flash style, online softmax: one warp per query
-  row walks the keys it sees, keeping a running maximum, denominator and output
-  accumulator in registers; the score matrix is never materialised. float16/bfloat16
-  with head dimension 64 or 128 and no mask or ``"causal"`` take the tensor-core
-  kernel of :mod:`.flash_attention` first.
+* ``scaled_dot_product_attention``: float16/bfloat16 with head dimension 64 or 128
+  and no mask or ``"causal"`` take the tensor-core flash kernel of
+  :mod:`.flash_attention`. The rest (float32, mask arrays, sinks) runs in tiles of
+  scores, in float32: per tile ``S = Q Kᵀ`` on cuBLAS, the scale, the mask, the
+  sinks and the softmax in place in one kernel, ``O = P V`` on cuBLAS; a tile holds
+  at most :data:`SCORES_BUDGET` bytes of scores, so the score matrix of a long
+  sequence is never held whole (on an H200, the transformer LM of
+  benchmarks/gpu_training.py spends 1.4 ms per step in its masked float32 attention
+  this way, 20 ms with the one-warp-per-row kernel that still serves rows of scores
+  longer than the budget).
 * ``cross_entropy``: one block per row (max, sum of exp, the target's logit).
-* attention's backward (``ScaledDotProductAttentionVJP``): for now the NumPy kernel's
-  formulas over query tiles on CuPy arrays (cuBLAS matmuls), not yet a fused kernel.
+* attention's backward (``ScaledDotProductAttentionVJP``): over the forward's tiles of
+  scores, ``P`` recomputed by the same softmax kernel, ``dS`` by one kernel, the four
+  products on cuBLAS (float64: the NumPy kernel's formulas on CuPy arrays).
 
 float16 and bfloat16 compute in float32; float64 runs the NumPy kernels on CuPy
 arrays (``lazyx.backends.cpu.kernels.fast``). Written from CUDA's and CuPy's
@@ -28,7 +34,9 @@ import numpy as np
 from lazyx.backends.cpu.kernels import fast as ref
 from lazyx.plugins import fast
 
+from . import gemm as _gemm
 from .flash_attention import flash_attention
+from .rowwise import column_sum
 from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel, as_view, on_host
 
 _SOURCE = r"""
@@ -271,6 +279,83 @@ __global__ void attention_rows(const typename T::S* q, const typename T::S* k, c
   }
 }
 
+// Softmax in place of a tile of attention scores s (n x R x K, float32): the slabs
+// [c0, c0 + n) (slab = b * Hkv + kv head) and, in each, the query rows [r0, r0 + R) of the
+// slab's G query heads flattened (row = g * Tq + t); K = Tk keys. The scores are scaled,
+// masked (1 causal, 2 boolean, 3 additive float32; element strides of the (B, Hq, Tq, Tk)
+// broadcast), then exp(s - max) / sum, with the sinks' logits in the max and the sum.
+// One warp per row; the row is re-read from cache.
+__global__ void attention_softmax_tile(float* s, long long n, int R, int K, long long c0, int r0,
+                                       int Hkv, int G, int Tq, int off, float scale, int mask_kind,
+                                       const void* mask, long long ms0, long long ms1, long long ms2,
+                                       long long ms3, const float* sinks, float* psink,
+                                       int rows_total) {
+  const int lane = threadIdx.x & 31;
+  const long long step = (long long)gridDim.x * (blockDim.x >> 5);
+  for (long long row = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+       row < n * R; row += step) {
+    const long long slab = c0 + row / R;
+    const int fr = r0 + (int)(row % R);
+    const int t = fr % Tq;
+    const long long b = slab / Hkv;
+    const int h = (int)(slab % Hkv) * G + fr / Tq;
+    float* sr = s + row * K;
+    const long long base = b * ms0 + h * ms1 + t * ms2;
+    float m = -LAZYX_INF;
+    for (int j = lane; j < K; j += 32) {
+      float v = sr[j] * scale;
+      if (mask_kind == 1) { if (j > t + off) v = MASKED; }
+      else if (mask_kind == 2) { if (!((const unsigned char*)mask)[base + j * ms3]) v = MASKED; }
+      else if (mask_kind == 3) v += ((const float*)mask)[base + j * ms3];
+      sr[j] = v;
+      m = fmaxf(m, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float sk = sinks ? sinks[h] : 0.0f;
+    if (sinks) m = fmaxf(m, sk);
+    float l = 0.0f;
+    for (int j = lane; j < K; j += 32) {
+      const float e = expf(sr[j] - m);
+      sr[j] = e;
+      l += e;
+    }
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (sinks) l += expf(sk - m);
+    for (int j = lane; j < K; j += 32) sr[j] = sr[j] / l;
+    if (psink && lane == 0) psink[slab * rows_total + fr] = expf(sk - m) / l;
+  }
+}
+
+// The scores' cotangent of a tile, in place of dP = dO Vᵀ (laid out as the scores of
+// attention_softmax_tile): dS = scale * P * (dP - rows_d), zero where a causal or boolean
+// mask holds the score constant. rows_d (slabs x rows_total) is rowsum(dO * O).
+__global__ void attention_ds_tile(float* dp, const float* P, const float* rows_d, long long n,
+                                  int R, int K, long long c0, int r0, int rows_total, int Hkv,
+                                  int G, int Tq, int off, float scale, int mask_kind,
+                                  const void* mask, long long ms0, long long ms1, long long ms2,
+                                  long long ms3) {
+  const int lane = threadIdx.x & 31;
+  const long long step = (long long)gridDim.x * (blockDim.x >> 5);
+  for (long long row = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+       row < n * R; row += step) {
+    const long long slab = c0 + row / R;
+    const int fr = r0 + (int)(row % R);
+    const int t = fr % Tq;
+    const long long b = slab / Hkv;
+    const int h = (int)(slab % Hkv) * G + fr / Tq;
+    const long long base = b * ms0 + h * ms1 + t * ms2;
+    const float rd = rows_d[slab * rows_total + fr];
+    float* dr = dp + row * K;
+    const float* pr = P + row * K;
+    for (int j = lane; j < K; j += 32) {
+      bool keep = true;
+      if (mask_kind == 1) keep = j <= t + off;
+      else if (mask_kind == 2) keep = ((const unsigned char*)mask)[base + j * ms3] != 0;
+      dr[j] = keep ? scale * pr[j] * (dr[j] - rd) : 0.0f;
+    }
+  }
+}
+
 template <typename T>
 __global__ void cross_entropy_rows(const typename T::S* x, const long long* t, float* out, long long rows,
                                    long long n) {
@@ -301,7 +386,7 @@ _NAMES = ([f"norm_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
              for v in _VECS]
           + [f"norm_vjp_rows<{t},{b}>" for t in _TAGS for b in ("true", "false")]
           + [f"{k}<{t}>" for k in ("rope_pairs", "attention_rows", "cross_entropy_rows")
-             for t in _TAGS])
+             for t in _TAGS] + ["attention_softmax_tile", "attention_ds_tile"])
 _KERNEL = CudaKernel(DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.fast", name_expressions=_NAMES)
 _MAXD = 8 * 32
 
@@ -373,9 +458,9 @@ def _norm_vjp(layer: bool):
             np.float32(p.eps)))
         outs = [dx]
         if weighted:
-            outs.append(xng.sum(0).astype(x.dtype))
+            outs.append(column_sum(xng).astype(x.dtype, copy=False))
         if layer and p.biased:
-            outs.append(g.reshape(rows, n).astype(cp.float32).sum(0).astype(x.dtype))
+            outs.append(column_sum(g.reshape(rows, n)).astype(x.dtype, copy=False))
         return tuple(outs)
     return kernel
 
@@ -409,6 +494,92 @@ def rope(p, ins):
     return out
 
 
+#: Bytes of float32 scores one tile of :func:`_attention_tiled` may hold (its slabs and
+#: query rows are chosen to stay under it).
+SCORES_BUDGET = 1 << 27
+
+
+def _mm(a, b):
+    """``a @ b`` on cuBLAS, also while a CUDA graph is captured (CuPy refuses then)."""
+    if _gemm.capturing:
+        out = _gemm.matmul(a, b)
+        if out is not None:
+            return out
+    return cp.matmul(a, b)
+
+
+def _mask_args(p, ins):
+    """``(kind, mask, element strides)`` of the attention's mask for the kernels: 0 none,
+    1 causal, 2 boolean (as uint8), 3 additive (float32); broadcast axes stride 0."""
+    if p.mask == "causal":
+        return 1, None, (0, 0, 0, 0)
+    if p.mask != "array":
+        return 0, None, (0, 0, 0, 0)
+    m = ins[3]
+    if m.dtype == np.bool_:
+        kind, m = 2, m.view(cp.uint8)
+    else:
+        kind, m = 3, m if m.dtype == np.float32 else m.astype(cp.float32)
+    m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+    return kind, m, tuple(0 if m.shape[i] == 1 else m.strides[i] // m.itemsize for i in range(4))
+
+
+def _tiles(rows: int, tk: int) -> tuple[int, int]:
+    """``(slabs, query rows)`` per tile of :func:`_attention_tiled`: whole slabs while
+    one fits :data:`SCORES_BUDGET`, else rows of one slab."""
+    row_bytes = 4 * tk
+    if rows * row_bytes <= SCORES_BUDGET:
+        return max(1, SCORES_BUDGET // (rows * row_bytes)), rows
+    return 1, max(1, SCORES_BUDGET // row_bytes)
+
+
+def _launch_rows(total: int):
+    """Grid and block of the tile kernels: a warp per row, 8 warps per block."""
+    return (max(1, min(-(-total // 8), 1 << 20)),), (256,)
+
+
+def _attention_tiled(p, ins):
+    """Attention as tiles of scores: per tile of (batch, kv head) slabs and query rows,
+    ``S = Q Kᵀ`` on cuBLAS, the masked softmax in place (one kernel), ``O = P V`` on
+    cuBLAS, in float32. A tile's scores stay under :data:`SCORES_BUDGET` bytes, so long
+    sequences never hold the whole score matrix. Grouped-query heads share their kv
+    head's slab (its query heads' rows side by side)."""
+    q, k, v = ins[:3]
+    f32 = np.dtype(np.float32)
+    b, hq, tq, d = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    g = hq // hkv
+    slabs, rows = b * hkv, g * tq
+    qf = cp.ascontiguousarray(q, f32).reshape(slabs, rows, d)
+    kt = cp.ascontiguousarray(k, f32).reshape(slabs, tk, d).transpose(0, 2, 1)
+    vf = cp.ascontiguousarray(v, f32).reshape(slabs, tk, dv)
+    kind, mask, ms = _mask_args(p, ins)
+    sinks = cp.ascontiguousarray(ins[-1], f32) if p.sinks else None
+    per, r_step = _tiles(rows, tk)
+    out = None
+    fn = _KERNEL.function("attention_softmax_tile")
+    for c0 in range(0, slabs, per):
+        c1 = min(slabs, c0 + per)
+        for r0 in range(0, rows, r_step):
+            r1 = min(rows, r0 + r_step)
+            qt = qf[c0:c1] if r1 - r0 == rows else cp.ascontiguousarray(qf[c0:c1, r0:r1])
+            s = _mm(qt, kt[c0:c1])
+            n = c1 - c0
+            fn(*_launch_rows(n * (r1 - r0)),
+               (s, np.int64(n), np.int32(r1 - r0), np.int32(tk), np.int64(c0), np.int32(r0),
+                np.int32(hkv), np.int32(g), np.int32(tq), np.int32(tk - tq), np.float32(p.scale),
+                np.int32(kind), mask, *(np.int64(x) for x in ms), sinks, None, np.int32(rows)))
+            o = _mm(s, vf[c0:c1])
+            if c1 - c0 == slabs and r1 - r0 == rows:
+                out = o
+            else:
+                if out is None:
+                    out = cp.empty((slabs, rows, dv), f32)
+                out[c0:c1, r0:r1] = o
+    out = out.reshape(b, hq, tq, dv)
+    return out if q.dtype == f32 else out.astype(q.dtype)
+
+
 def attention(p, ins):
     q, k, v = ins[:3]
     kind = _TYPES.get(q.dtype.name)
@@ -418,21 +589,14 @@ def attention(p, ins):
         out = flash_attention(q, k, v, p.scale, p.mask == "causal")
         if out is not None:
             return out
+    if 4 * k.shape[2] <= SCORES_BUDGET:
+        return _attention_tiled(p, ins)
+    # Rows of scores past the budget: one warp per query row walks the keys.
     tag, view = kind
     q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
     b, hq, tq, d = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
-    kind_id, mask, strides = 0, None, (0, 0, 0, 0)
-    if p.mask == "causal":
-        kind_id = 1
-    elif p.mask == "array":
-        m = ins[3]
-        if m.dtype == np.bool_:
-            kind_id, mask = 2, cp.ascontiguousarray(m).view(cp.uint8)
-        else:
-            kind_id, mask = 3, cp.ascontiguousarray(m, cp.float32)
-        strides = tuple(0 if mask.shape[i] == 1 else mask.strides[i] // mask.itemsize
-                        for i in range(4))
+    kind_id, mask, strides = _mask_args(p, ins)
     sinks = cp.ascontiguousarray(ins[-1], cp.float32) if p.sinks else None
     out = cp.empty((b, hq, tq, dv), q.dtype)
     rows = b * hq * tq
@@ -462,9 +626,76 @@ def cross_entropy(p, ins):
     return out
 
 
+def _attention_vjp_tiled(p, ins):
+    """Attention's backward over the forward's tiles (:func:`_attention_tiled`), in float32:
+    per tile ``P`` is recomputed (the softmax kernel), ``dP = dO Vᵀ``, ``dS = scale · P ·
+    (dP − rowsum(dO·O))`` in place (one kernel, zero where a causal or boolean mask holds
+    the score constant), then ``dQ = dS K``, ``dK += dSᵀ Q`` and ``dV += Pᵀ dO`` on cuBLAS.
+    A slab's rows are its kv head's query heads side by side, so the products sum the
+    grouped heads' contributions themselves."""
+    q, k, v = ins[:3]
+    out, cot = ins[-2], ins[-1]
+    f32 = np.dtype(np.float32)
+    b, hq, tq, d = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    g = hq // hkv
+    slabs, rows = b * hkv, g * tq
+    qf = cp.ascontiguousarray(q, f32).reshape(slabs, rows, d)
+    kf = cp.ascontiguousarray(k, f32).reshape(slabs, tk, d)
+    vf = cp.ascontiguousarray(v, f32).reshape(slabs, tk, dv)
+    gf = cp.ascontiguousarray(cot, f32).reshape(slabs, rows, dv)
+    rows_d = cp.ascontiguousarray(
+        (gf * cp.ascontiguousarray(out, f32).reshape(slabs, rows, dv)).sum(-1))
+    kind, mask, ms = _mask_args(p, ins)
+    sinks = cp.ascontiguousarray(ins[3 + (p.mask == "array")], f32) if p.sinks else None
+    psink = cp.empty((slabs, rows), f32) if p.sinks else None
+    per, r_step = _tiles(rows, tk)
+    whole = per >= slabs and r_step >= rows
+    if whole:
+        dq = dk = dvv = None
+    else:
+        dq = cp.empty((slabs, rows, d), f32)
+        dk, dvv = cp.zeros((slabs, tk, d), f32), cp.zeros((slabs, tk, dv), f32)
+    softmax = _KERNEL.function("attention_softmax_tile")
+    ds_of = _KERNEL.function("attention_ds_tile")
+    scale, kt, vt = np.float32(p.scale), kf.transpose(0, 2, 1), vf.transpose(0, 2, 1)
+    for c0 in range(0, slabs, per):
+        c1 = min(slabs, c0 + per)
+        n = c1 - c0
+        for r0 in range(0, rows, r_step):
+            r1 = min(rows, r0 + r_step)
+            part = r1 - r0 != rows
+            qt = cp.ascontiguousarray(qf[c0:c1, r0:r1]) if part else qf[c0:c1]
+            gt = cp.ascontiguousarray(gf[c0:c1, r0:r1]) if part else gf[c0:c1]
+            tile = (np.int64(n), np.int32(r1 - r0), np.int32(tk), np.int64(c0), np.int32(r0))
+            where = (np.int32(hkv), np.int32(g), np.int32(tq), np.int32(tk - tq), scale,
+                     np.int32(kind), mask, *(np.int64(x) for x in ms))
+            s = _mm(qt, kt[c0:c1])
+            softmax(*_launch_rows(n * (r1 - r0)), (s,) + tile + where + (sinks, psink, np.int32(rows)))
+            ds = _mm(gt, vt[c0:c1])
+            ds_of(*_launch_rows(n * (r1 - r0)),
+                  (ds, s, rows_d) + tile[:5] + (np.int32(rows),) + where)
+            if whole:
+                dq, dk, dvv = _mm(ds, kf), _mm(ds.transpose(0, 2, 1), qt), _mm(s.transpose(0, 2, 1), gt)
+            else:
+                dq[c0:c1, r0:r1] = _mm(ds, kf[c0:c1])
+                dk[c0:c1] += _mm(ds.transpose(0, 2, 1), qt)
+                dvv[c0:c1] += _mm(s.transpose(0, 2, 1), gt)
+    grads = (dq.reshape(q.shape).astype(q.dtype, copy=False),
+             dk.reshape(k.shape).astype(k.dtype, copy=False),
+             dvv.reshape(v.shape).astype(v.dtype, copy=False))
+    if p.sinks:
+        grads += (-(psink * rows_d).reshape(b, hkv, g, tq).sum(-1).reshape(b, hq),)
+    return grads
+
+
 def attention_vjp(p, ins):
-    """Attention's backward: the NumPy kernel's tiled formulas run on CuPy arrays (cuBLAS
-    matmuls, no host copies), pending a fused CUDA kernel. Not yet run on a GPU."""
+    """Attention's backward: :func:`_attention_vjp_tiled` for the dtypes the tile kernels
+    take (float32, float16, bfloat16) while a row of scores fits the budget; float64 and
+    longer rows run the NumPy kernel's tiled formulas on CuPy arrays."""
+    q, k = ins[0], ins[1]
+    if (q.dtype.name in _TYPES and q.size and k.shape[2] and 4 * k.shape[2] <= SCORES_BUDGET):
+        return _attention_vjp_tiled(p, ins)
     return ref.attention_vjp(p, ins, cp)
 
 

@@ -616,6 +616,7 @@ KERNELS = {
     pr.AddMM: _addmm,
     pr.Softmax: rowwise.softmax,
     red.LogSumExp: rowwise.logsumexp,
+    red.Reduce: rowwise.reduce,
     red.ArgReduce: _arg_reduce,
     red.Median: _median,
     # The count is made on the host from the input's shape, then copied over.

@@ -119,7 +119,8 @@ __global__ void qmm_n(const typename X::S* x, const unsigned int* w, const typen
 }
 
 // The decode-shaped fast path of qmm_t for 2-, 4- and 8-bit values, specialised by
-// width and mode. A block of 8 warps serves ROWS output rows of one (p, m): it stages
+// width and mode. A block of 8 warps serves ROWS output rows of one (p, m) (8 when there
+// are few (p, m): a block per 8 rows fills the GPU; 64 otherwise): it stages
 // x[m] in shared memory once (x is read 8x more bytes than the 4-bit weights per row
 // otherwise), then each warp walks its rows, each lane loading packed words
 // and decoding them in registers. Needs (K + G) * 4 bytes of shared memory.
@@ -127,8 +128,8 @@ template <int BITS, int MODE, typename X, typename SC>
 __global__ void qmm_t4(const typename X::S* x, const unsigned int* w, const typename SC::S* scales,
                        const typename SC::S* biases, const long long* xi, const long long* wi,
                        typename X::S* out, long long P, long long M, long long K, long long N,
-                       long long C, long long G, int gs, int has_b) {
-  constexpr int per = 32 / BITS, ROWS = 64;
+                       long long C, long long G, int gs, int has_b, int ROWS) {
+  constexpr int per = 32 / BITS;
   constexpr unsigned int mask = (1u << BITS) - 1u;
   extern __shared__ float xs_[];
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -188,7 +189,10 @@ __global__ void qmm_t4(const typename X::S* x, const unsigned int* w, const type
 """
 
 _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
-_ROWS = 64  # output rows per block of qmm_t4 (ROWS in the source)
+#: Output rows per block of qmm_t4 (its ROWS): 64, or 8 where 64 would leave the GPU's
+#: multiprocessors idle (a decode-shaped product of 4096 rows is 64 blocks of 64 rows:
+#: measured on an H200, the kernel then read its weights at ~160 GB/s).
+_ROWS, _FEW_ROWS, _ENOUGH_BLOCKS = 64, 8, 1024
 #: x's (and the output's) element type -> its struct in DTYPE_STRUCTS and the view the
 #: kernel takes; scales and biases are read in x's type when they have it, else float32.
 _X = {n: k for n, k in DTYPE_STRUCT_OF.items() if n != "float64"}
@@ -214,9 +218,29 @@ def _scales(scales, mode):
     return cp.ldexp(cp.ones(e.shape, cp.float32), cp.maximum(e, 1) - 127 - (e == 0))
 
 
+#: Launches of :func:`_run` by the call's layout: ``key -> (function, grid, block, shared
+#: memory, output shape, trailing scalar arguments)``, for calls whose operands the kernels
+#: read as they are (a decode-shaped product costs a few µs of GPU time: the host's
+#: per-call work is what a call costs, so it is done once per layout).
+_LAUNCHES: dict = {}
+
+
 def _run(p, x, weights, xi, wi):
     """``out[p] = x[xi[p]] @ W(wi[p])`` in x's dtype (float32, float16 or bfloat16 read and
     written as they are: a conversion per operand would cost a launch each per call)."""
+    key = (p.bits, p.group_size, p.mode, p.transpose, x.shape, x.dtype, len(xi),
+           *[(w.shape, w.dtype) for w in weights])
+    plan = _LAUNCHES.get(key)
+    if plan is not None and x.flags.c_contiguous and all(w.flags.c_contiguous for w in weights):
+        fn, grid, block, shared, shape, tail = plan
+        out = cp.empty(shape, x.dtype)
+        fn(grid, block, (x, weights[0], weights[1], weights[-1], xi, wi, out) + tail,
+           shared_mem=shared)
+        return out
+    return _run_planned(p, x, weights, xi, wi, key)
+
+
+def _run_planned(p, x, weights, xi, wi, key):
     xt = _X.get(x.dtype.name)
     if xt is None:  # float64 and the rest: through float32
         return _run(p, x.astype(cp.float32), weights, xi, wi).astype(x.dtype)
@@ -228,6 +252,11 @@ def _run(p, x, weights, xi, wi):
         sc = sc.astype(cp.float32)
         bi = None if bi is None else bi.astype(cp.float32)
     st = _X[sc.dtype.name]
+    # Operands the kernel reads as given (no conversion, no copy): later calls of this
+    # layout launch from _LAUNCHES.
+    as_given = (w.data.ptr == weights[0].data.ptr and sc.data.ptr == weights[1].data.ptr
+                and (bi is None or bi.data.ptr == weights[2].data.ptr)
+                and weights[0].dtype == cp.uint32 and x.flags.c_contiguous)
     sc = as_view(sc.reshape((-1,) + weights[1].shape[-2:]), st[1])
     bi = None if bi is None else as_view(bi.reshape(sc.shape), st[1])
     x = cp.ascontiguousarray(x)
@@ -238,23 +267,26 @@ def _run(p, x, weights, xi, wi):
     total = P * M * n
     if total:
         types = f"{xt[0]}, {st[0]}"
-        args = (as_view(x, xt[1]), w, sc, bi if bi is not None else sc, xi, wi, as_view(out, xt[1]),
-                np.int64(P), np.int64(M), np.int64(k), np.int64(n), np.int64(w.shape[-1]),
+        tail = (np.int64(P), np.int64(M), np.int64(k), np.int64(n), np.int64(w.shape[-1]),
                 np.int64(sc.shape[-1]), np.int32(p.bits), np.int32(p.group_size),
                 np.int32(_MODE[p.mode]), np.int64(x.shape[0]), np.int64(w.shape[0]),
                 np.int32(bi is not None))
+        args = (as_view(x, xt[1]), w, sc, bi if bi is not None else sc, xi, wi, as_view(out, xt[1]))
         threads = total * 32 if p.transpose else total
-        block = 256
-        grid = ((threads + block - 1) // block,)
+        block = (256,)
         fast = (p.bits, _MODE[p.mode])
         # x rows staged as float32 in shared memory (K + G floats)
         if p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:
-            _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}, {types}>")(
-                ((n + _ROWS - 1) // _ROWS, P * M), (block,),
-                args[:13] + (np.int32(p.group_size), args[-1]),
-                shared_mem=(k + sc.shape[-1]) * 4)
+            fn = _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}, {types}>")
+            rows = _ROWS if -(-n // _ROWS) * P * M >= _ENOUGH_BLOCKS else _FEW_ROWS
+            grid, shared = ((n + rows - 1) // rows, P * M), (k + sc.shape[-1]) * 4
+            tail = tail[:6] + (np.int32(p.group_size), tail[-1], np.int32(rows))
         else:
-            _KERNEL.function(f"{'qmm_t' if p.transpose else 'qmm_n'}<{types}>")(grid, (block,), args)
+            fn = _KERNEL.function(f"{'qmm_t' if p.transpose else 'qmm_n'}<{types}>")
+            grid, shared = ((threads + block[0] - 1) // block[0],), 0
+        fn(grid, block, args + tail, shared_mem=shared)
+        if as_given and len(_LAUNCHES) < 1024:
+            _LAUNCHES[key] = (fn, grid, block, shared, out.shape, tail)
     return out
 
 
