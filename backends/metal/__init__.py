@@ -7,7 +7,20 @@ bindings (``pip install pyobjc-framework-Metal``); elsewhere it says why. Its
 kernels are checked anywhere with a C++ compiler by running their MSL through
 lazyx's C++ shim: :func:`run_msl_on_cpu`.
 
-The backend has no kernels of its own yet: only those plugins register run on it.
+Kernels of its own are generated (:mod:`.compiled`): ``compile``'s fused
+``Compiled`` nodes and every element-wise primitive that declares
+``to_expression`` run MSL rendered from compile's IR (:mod:`lazyx.codegen.msl`),
+so ``compile`` fuses on Metal streams as it does on CUDA. A kernel a plugin
+registers for a primitive comes first; other primitives (reductions, matmul,
+indexing ...) have no Metal kernel yet, which is why the backend stays opt-in
+(``LAZYX_METAL=1``). float64 has none on Metal (MSL has no double): such an op
+raises a :class:`~lazyx.errors.DtypeError` naming it.
+
+:func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
+available on any machine with a C++ compiler and runs every Metal kernel (the
+generated ones and plugins') through the shim, with the same planning and
+argument packing as on a Mac. The tests use it; the Metal API calls themselves
+(:mod:`.runtime`) have not run on real hardware.
 
 It also answers MLX's ``mx.metal`` namespace (``lazyx.core.metal.is_available()``,
 the deprecated memory aliases, captures) through its ``lazyx_ops`` hook, so the
@@ -20,17 +33,20 @@ import warnings
 
 from lazyx import device as lazyx_device
 from lazyx import memory
-from lazyx.backend import Backend
+from lazyx.backend import Backend, invalidate_dispatch
 from lazyx.device import DeviceType
 from lazyx.environment import read_variable
 from lazyx.errors import BackendError, DtypeError
 from lazyx.hookspecs import hookimpl
+from lazyx.primitive import Primitive
+from lazyx.transforms.fusion import Compiled
 
+from . import runtime
 from .kernel import MetalKernel
 from .runtime import availability
 
 __all__ = ["MetalBackend", "MetalKernel", "MSLShimError", "run_msl_on_cpu", "shim_available",
-           "is_available", "unavailable_reason"]
+           "is_available", "unavailable_reason", "emulate_on_cpu"]
 
 
 def __getattr__(name):
@@ -67,11 +83,13 @@ class MetalBackend(Backend):
     def _check(self) -> tuple[bool, str]:
         if self._availability is None:
             ok, why = availability()
-            if ok and read_variable("LAZYX_METAL") != "1":
-                # Only plugins' MSL kernels exist so far, so the GPU would fail on most
-                # ops: the backend (and with it the GPU as default device) is opt-in.
-                ok, why = False, ("the Metal backend runs plugin-registered MSL kernels only "
-                                  "(no built-in kernels yet); set LAZYX_METAL=1 to use it.")
+            if ok and not runtime.emulating() and read_variable("LAZYX_METAL") != "1":
+                # Element-wise ops and compile's fused kernels are generated, plugins' MSL
+                # kernels run, but the other primitives have no Metal kernel yet: the
+                # backend (and with it the GPU as default device) is opt-in.
+                ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
+                                  "kernels and plugin-registered MSL kernels only (no reductions, "
+                                  "matmul or indexing yet); set LAZYX_METAL=1 to use it.")
             self._availability = (ok, why)
         return self._availability
 
@@ -82,10 +100,65 @@ class MetalBackend(Backend):
         return self._check()[1]
 
     def describe(self) -> str:
-        return "MSL kernels from plugins; checked on the CPU through lazyx's C++ shim"
+        where = "emulated on the CPU through lazyx's C++ shim" if runtime.emulating() else \
+            "checked on the CPU through lazyx's C++ shim"
+        return f"generated element-wise MSL kernels and plugins' MSL kernels; {where}"
+
+    def find_kernel(self, cls):
+        # A kernel a plugin registered (or this backend's table) comes first; then an
+        # element-wise primitive that writes itself in the codegen IR runs a generated MSL
+        # kernel (its own expression; see .compiled), and compile's Compiled nodes one
+        # fused kernel. A primitive's own eval_gpu is left to it.
+        fn = super().find_kernel(cls)
+        if fn is not None:
+            return fn
+        if cls is Compiled:
+            from . import compiled  # the MSL renderer: on first use
+            return compiled.compiled_kernel
+        if callable(getattr(cls, "to_expression", None)) and cls.eval_gpu is Primitive.eval_gpu:
+            from . import compiled  # the MSL renderer: on first use
+            return compiled.eager_kernel(cls, None)
+        return None
+
+    def forget_availability(self) -> None:
+        """Ask again whether Metal is available (after :func:`emulate_on_cpu`)."""
+        self._availability = None
 
 
 _BACKEND = MetalBackend()
+
+
+def emulate_on_cpu(enabled: bool = True) -> bool:
+    """Run the Metal backend on the CPU: every Metal kernel's MSL (generated or a plugin's)
+    runs through lazyx's C++ shim in place of the GPU, and the backend reports itself
+    available, so ``use_backend("gpu", "metal")`` and ``mx.compile`` on Metal streams
+    work on any machine with a C++ compiler. For tests: slow (one thread at a time).
+
+    Args:
+        enabled (bool): True to emulate, False to go back to the real GPU (or to no
+          Metal backend, where there is none).
+
+    Returns:
+        bool: the previous setting.
+
+    Raises:
+        BackendError: ``enabled`` and there is no C++ compiler to build the shim with.
+
+    Example:
+        >>> previous = lazyx.backends.metal.emulate_on_cpu()
+        >>> with mx.use_backend("gpu", "metal"):
+        ...     y = mx.compile(f)(x, stream=mx.gpu)
+        >>> lazyx.backends.metal.emulate_on_cpu(previous)
+    """
+    if enabled:
+        from lazyx.codegen import jit  # the C++ toolchain: only when emulating
+        if not jit.available():
+            raise BackendError(f"Cannot emulate the Metal backend on the CPU: lazyx's MSL shim "
+                               f"needs a C++ compiler. {jit.missing_compiler_message()}")
+    previous = runtime.set_emulation(enabled)
+    _BACKEND.forget_availability()
+    invalidate_dispatch()
+    return previous
 
 
 @hookimpl

@@ -55,11 +55,19 @@ class Launch:
     """One launch of a kernel: the function, each buffer index's contents, the grid."""
 
     function: str
-    #: buffer index -> a NumPy array: an input (possibly a strided view, never negative
-    #: strides), the output, or a small array of constants, shapes or strides.
+    #: buffer index -> a NumPy array: an input (possibly a strided view; negative
+    #: strides only in launches of generated kernels, whose layouts carry them), the
+    #: output, or a small array of constants, shapes or strides.
     buffers: list
     output: np.ndarray
     grid: int
+    #: Every buffer the kernel writes, when there are several (a fused kernel's
+    #: outputs); empty means ``(output,)``.
+    outputs: tuple = ()
+
+    def written(self) -> tuple:
+        """The buffers the kernel writes (copied back from the GPU after it ran)."""
+        return self.outputs or (self.output,)
 
 
 def plan_for_primitive(kernel, primitive, inputs) -> Launch:

@@ -4,13 +4,23 @@
 lazyx's test machines have neither, so it has never run. What is tested is
 everything it shares with the CPU check: the kernel's MSL source (compiled and run
 through the C++ shim, :mod:`lazyx.backends.metal.msl_cpu`) and the binding of
-buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch`).
+buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch` for
+:class:`~lazyx.backends.metal.MetalKernel`, :mod:`lazyx.backends.metal.compiled`
+for generated kernels).
 
-Buffers stay NumPy arrays between kernels (Apple silicon's memory is unified);
-each launch copies its inputs into shared ``MTLBuffer`` objects and its output
-back, waiting for the command buffer to finish. Simple and slow; a buffer-owning
-Metal backend is later work. Libraries are compiled once per source and pipelines
-once per kernel function, with fast math off so that results round as on the CPU.
+One function touches the GPU: :func:`execute` runs a planned
+:class:`~lazyx.backends.metal.launch.Launch`. Buffers stay NumPy arrays between
+kernels (Apple silicon's memory is unified); each launch copies its inputs into
+shared ``MTLBuffer`` objects and the buffers it writes back, waiting for the
+command buffer to finish. Simple and slow; a buffer-owning Metal backend is later
+work. Libraries are compiled once per source and pipelines once per kernel
+function, with fast math off so that results round as on the CPU.
+
+**Emulation.** :func:`set_emulation` replaces the GPU by the CPU shim: the backend
+reports itself available and :func:`execute` runs the MSL through
+:mod:`lazyx.backends.metal.msl_cpu`. Everything above this module (kernel choice,
+planning, argument packing) then runs as on a Mac, which is how the tests check the
+Metal backend on Linux (``lazyx.backends.metal.emulate_on_cpu``).
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from lazyx.errors import BackendError, KernelCompileError
 
 from .launch import plan_for_primitive
 
-__all__ = ["availability", "run", "MetalCompileError"]
+__all__ = ["availability", "run", "execute", "MetalCompileError", "set_emulation", "emulating"]
 
 INSTALL_HINT = "pip install pyobjc-framework-Metal"
 
@@ -40,10 +50,27 @@ _context = None                 # (Metal module, MTLDevice, MTLCommandQueue)
 _libraries: dict = {}           # MSL source -> MTLLibrary
 _pipelines: dict = {}           # (MSL source, function name) -> MTLComputePipelineState
 _SET_BYTES_LIMIT = 4096         # Metal's limit for data passed with setBytes
+_emulated = False               # set_emulation: the CPU shim stands for the GPU
+
+
+def set_emulation(enabled: bool) -> bool:
+    """Run Metal kernels on the CPU through the MSL shim instead of a GPU (``True``), or
+    on the GPU again (``False``); returns the previous setting. For tests: the Metal
+    backend then runs everywhere with a C++ compiler."""
+    global _emulated
+    previous, _emulated = _emulated, bool(enabled)
+    return previous
+
+
+def emulating() -> bool:
+    """Whether :func:`set_emulation` put the CPU shim in the GPU's place."""
+    return _emulated
 
 
 def availability() -> tuple[bool, str]:
     """Whether Metal kernels can run here, and if not, why (in words)."""
+    if _emulated:
+        return True, ""
     if sys.platform != "darwin":
         return False, (f"Metal needs macOS on Apple silicon; this is {sys.platform} on "
                        f"{platform.machine()}.")
@@ -117,12 +144,14 @@ def _size(Metal, n: int):
     return make(n, 1, 1) if make is not None else Metal.MTLSize(n, 1, 1)
 
 
-def _span(a: np.ndarray) -> bytes:
-    """The bytes from ``a``'s first element to its last (strides are non-negative)."""
+def _span(a: np.ndarray) -> tuple[bytes, int]:
+    """The bytes of ``a`` from its lowest to its highest element address, and the offset
+    of its first element among them (views with negative strides start past 0)."""
     if a.size == 0:
-        return b"\0" * 4
-    span = a.itemsize + sum((n - 1) * s for n, s in zip(a.shape, a.strides))
-    return ctypes.string_at(a.ctypes.data, span)
+        return b"\0" * 4, 0
+    low = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(a.shape, a.strides) if s > 0) + a.itemsize
+    return ctypes.string_at(a.ctypes.data + low, high - low), -low
 
 
 def run(kernel, primitive, inputs):
@@ -130,26 +159,41 @@ def run(kernel, primitive, inputs):
     ok, reason = availability()
     if not ok:
         raise BackendError(f"Cannot run {kernel.label} on Metal: {reason}")
-    launch = plan_for_primitive(kernel, primitive, inputs)
+    return execute(kernel, plan_for_primitive(kernel, primitive, inputs))
+
+
+def execute(kernel, launch):
+    """Run a planned launch of ``kernel`` (an object with ``source`` and ``label``): bind
+    ``launch.buffers[i]`` to ``[[buffer(i)]]``, dispatch ``launch.grid`` threads, wait,
+    and copy the buffers it writes (``launch.written()``) back. Returns ``launch.output``."""
     if launch.grid == 0:
         return launch.output
+    if _emulated:
+        from . import msl_cpu  # the C++ toolchain: only when emulating
+        return msl_cpu.launch_on_cpu(kernel, launch)
     Metal, device, queue = _get_context()
     pipeline = _pipeline(kernel, launch.function)
     shared = Metal.MTLResourceStorageModeShared
     commands = queue.commandBuffer()
     encoder = commands.computeCommandEncoder()
     encoder.setComputePipelineState_(pipeline)
-    keep, out_buffer = [], None
+    written = launch.written()
+    keep, copies = [], []
     for index, a in enumerate(launch.buffers):
-        if a is launch.output:
-            buf = out_buffer = device.newBufferWithLength_options_(a.nbytes, shared)
+        if any(a is w for w in written):
+            # Outputs are C-contiguous new arrays: a buffer of their size, read back below.
+            buf = device.newBufferWithLength_options_(max(a.nbytes, 4), shared)
+            copies.append((buf, a))
+            offset = 0
         else:
-            data = _span(a)
-            if len(data) <= _SET_BYTES_LIMIT:       # constants, shapes, strides, small inputs
+            data, offset = _span(a)
+            if offset == 0 and len(data) <= _SET_BYTES_LIMIT:  # constants, layouts, small inputs
                 encoder.setBytes_length_atIndex_(data, len(data), index)
                 continue
             buf = device.newBufferWithBytes_length_options_(data, len(data), shared)
-        encoder.setBuffer_offset_atIndex_(buf, 0, index)
+        # A view with negative strides is bound at its first element's offset in the
+        # buffer: the kernel's negative indices reach the bytes before it.
+        encoder.setBuffer_offset_atIndex_(buf, offset, index)
         keep.append(buf)
     width = min(int(pipeline.maxTotalThreadsPerThreadgroup()), launch.grid)
     encoder.dispatchThreads_threadsPerThreadgroup_(_size(Metal, launch.grid), _size(Metal, width))
@@ -159,7 +203,8 @@ def run(kernel, primitive, inputs):
     if commands.error() is not None:
         raise BackendError(f"{kernel.label} ({launch.function}) failed on the GPU: "
                            f"{_describe(commands.error())}")
-    raw = out_buffer.contents().as_buffer(launch.output.nbytes)
-    launch.output.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
+    for buf, a in copies:
+        raw = buf.contents().as_buffer(a.nbytes)
+        a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
     del keep
     return launch.output

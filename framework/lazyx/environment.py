@@ -169,8 +169,8 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_METAL", "unset: the Metal backend is off",
-        "`1`: enable the Metal backend on a Mac (it runs plugins' MSL kernels only, so "
-        "it is opt-in); another value is a warning (then `0`).",
+        "`1`: enable the Metal backend on a Mac (it runs element-wise ops, compiled kernels "
+        "and plugins' MSL kernels only, so it is opt-in); another value is a warning (then `0`).",
         ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
     *[EnvironmentVariable(
         name, "unset", f"{what}, as set by {who}; `lazyx.core.distributed` "

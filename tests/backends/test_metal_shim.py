@@ -13,6 +13,7 @@ from lazyx import hookimpl
 from lazyx.backend import backends, kernel_provider
 from lazyx.backends import metal
 from lazyx.backends.metal import MetalKernel, MSLShimError, run_msl_on_cpu
+from lazyx.backends.metal.msl_cpu import dispatch_on_cpu
 from lazyx.codegen import jit
 from lazyx.errors import ArgumentError, BackendError, DtypeError
 from lazyx.testing import isolated_registry
@@ -203,14 +204,216 @@ def test_a_missing_function_is_named(compiler):
         run_msl_on_cpu(kernel, [np.ones(2, np.float16)], (2,), mx.float16, factor=1.0)
 
 
-def test_features_the_shim_cannot_run_are_refused_by_name(compiler):
+@pytest.mark.parametrize("feature, named", [
+    ("texture2d<float> t [[texture(0)]], ", r"cannot emulate textures and samplers \(`texture2d<`, line 9\)"),
+    ("uint s [[sample_id]], ", r"has \[\[sample_id\]\]; the CPU shim binds \[\[buffer\(n\)\]\]"),
+    ("device float4* v [[buffer(3)]], ", "vector types"),
+    ("device simdgroup_float8x8* m [[buffer(3)]], ", "SIMD-group matrices"),
+])
+def test_features_the_shim_cannot_run_are_refused_by_name(compiler, feature, named):
     source = SCALE.replace("uint i [[thread_position_in_grid]]",
-                           "uint i [[thread_position_in_grid]], uint g [[threadgroup_position_in_grid]]")
-    with pytest.raises(MSLShimError, match=r"\[\[threadgroup_position_in_grid\]\].*one thread at a time"):
+                           feature + "uint i [[thread_position_in_grid]]")
+    with pytest.raises(MSLShimError, match=named):
         run_msl_on_cpu(scale_kernel(source), [np.ones(2, np.float32)], (2,), mx.float32, factor=1.0)
+
+
+def test_a_missing_buffer_is_named(compiler):
     with pytest.raises(MSLShimError, match="reads buffer 2, but only 2 are bound"):
         kernel = MetalKernel(SCALE, "scale_{dtype}", inputs=("x",), buffers=("x", "out"))
         run_msl_on_cpu(kernel, [np.ones(2, np.float32)], (2,), mx.float32)
+
+
+# -- threads that cooperate --------------------------------------------------------------
+COOPERATE = """
+#include <metal_stdlib>
+using namespace metal;
+
+// Each threadgroup reverses its slice through threadgroup memory: a thread reads what
+// another wrote, so it is right only if the barrier holds every thread until all wrote.
+template <bool Barrier>
+[[kernel]] void reverse(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                        uint i [[thread_position_in_grid]],
+                        uint lid [[thread_position_in_threadgroup]],
+                        uint n [[threads_per_threadgroup]]) {
+  threadgroup float shared[1024];
+  shared[lid] = x[i];
+  if (Barrier) threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = shared[n - 1 - lid];
+}
+template [[host_name("reverse")]] [[kernel]] decltype(reverse<true>) reverse<true>;
+template [[host_name("reverse_racy")]] [[kernel]] decltype(reverse<false>) reverse<false>;
+
+// Every SIMD-group function at once; threadgroups of 40 threads leave a simdgroup of 8.
+kernel void lanes(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
+                  uint i [[thread_position_in_grid]],
+                  uint lane [[thread_index_in_simdgroup]],
+                  uint sg [[simdgroup_index_in_threadgroup]],
+                  uint group [[threadgroup_position_in_grid]]) {
+  int v = x[i];
+  device int* o = out + 16 * i;
+  o[0] = simd_sum(v);
+  o[1] = simd_max(v);
+  o[2] = simd_min(v);
+  o[3] = simd_prod(v % 3 == 0 ? 2 : 1);     // no overflow for this x
+  o[4] = simd_shuffle_xor(v, 5u);
+  o[5] = simd_shuffle_down(v, 3u);
+  o[6] = simd_broadcast(v, 2u);
+  o[7] = simd_prefix_exclusive_sum(v);
+  o[8] = simd_prefix_inclusive_sum(v);
+  o[9] = simd_shuffle_up(v, 1u);
+  o[10] = simd_any(v == 7) ? 1 : 0;
+  o[11] = simd_all(v >= 0) ? 1 : 0;
+  o[12] = int(lane);
+  o[13] = int(sg);
+  o[14] = int(group);
+  o[15] = simd_broadcast_first(v);
+}
+
+// Atomics: a histogram, a float total and a maximum over the whole grid.
+kernel void histogram(device const uint* x [[buffer(0)]], device atomic_uint* bins [[buffer(1)]],
+                      device atomic_float* total [[buffer(2)]], device atomic_int* top [[buffer(3)]],
+                      uint i [[thread_position_in_grid]]) {
+  atomic_fetch_add_explicit(&bins[x[i] % 7], 1u, memory_order_relaxed);
+  atomic_fetch_add_explicit(total, 0.5f * float(x[i]), memory_order_relaxed);
+  atomic_fetch_max_explicit(top, int(x[i]), memory_order_relaxed);
+}
+
+// A threadgroup-local counter in threadgroup memory: a thread counts its group's threads.
+kernel void count_group(device uint* out [[buffer(0)]], threadgroup atomic_uint* scratch [[threadgroup(0)]],
+                        uint i [[thread_position_in_grid]], uint lid [[thread_index_in_threadgroup]]) {
+  if (lid == 0) atomic_store_explicit(scratch, 0u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  atomic_fetch_add_explicit(scratch, 1u, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = atomic_load_explicit(scratch, memory_order_relaxed);
+}
+
+// Every position attribute of a 2-d grid whose edge threadgroups are clipped.
+kernel void positions(device uint* out [[buffer(0)]],
+                      uint3 pos [[thread_position_in_grid]], uint2 grid [[threads_per_grid]],
+                      uint3 group [[threadgroup_position_in_grid]],
+                      uint3 local [[thread_position_in_threadgroup]],
+                      uint3 size [[threads_per_threadgroup]],
+                      uint3 asked [[dispatch_threads_per_threadgroup]],
+                      uint3 groups [[threadgroups_per_grid]],
+                      uint flat [[thread_index_in_threadgroup]],
+                      uint simds [[simdgroups_per_threadgroup]]) {
+  device uint* o = out + 16 * (pos.y * grid.x + pos.x);
+  uint v[16] = {pos.x, pos.y, group.x, group.y, local.x, local.y, size.x, size.y,
+                asked.x, asked.y, groups.x, groups.y, flat, simds, grid.x, grid.y};
+  for (int k = 0; k < 16; ++k) o[k] = v[k];
+}
+
+// Threads that do not synchronise together: the shim reports where each one waits.
+kernel void divergent(device float* out [[buffer(0)]], uint lid [[thread_index_in_threadgroup]],
+                      constant int& how [[buffer(1)]]) {
+  float v = float(lid);
+  if (how == 0) {
+    if (lid < 5) threadgroup_barrier(mem_flags::mem_threadgroup);
+    else threadgroup_barrier(mem_flags::mem_device);
+  } else if (how == 1) {
+    v = lid < 16 ? simd_sum(v) : simd_max(v);
+  } else {
+    if (lid < 16) v = simd_sum(v);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  out[lid] = v;
+}
+"""
+
+
+class _Source:
+    """What the shim needs of a kernel: its source and how messages name it."""
+
+    def __init__(self, source, label):
+        self.source, self.filename, self.label = source, None, label
+
+
+COOP = _Source(COOPERATE, "the shim's cooperation test kernels")
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse"])
+def test_a_barrier_holds_every_thread_of_a_threadgroup(compiler, schedule):
+    x = rng(6).standard_normal(300).astype(np.float32)
+    out = np.empty_like(x)
+    # 300 threads in threadgroups of 128: the last one is clipped to 44 threads.
+    dispatch_on_cpu(COOP, "reverse", [x, out], 300, 128, schedule=schedule)
+    expected = np.concatenate([x[:128][::-1], x[128:256][::-1], x[256:][::-1]])
+    np.testing.assert_array_equal(out, expected)
+    # Without the barrier the same kernel reads slots not yet written (or already
+    # overwritten): the test above would catch a barrier that does not hold.
+    racy = np.empty_like(x)
+    dispatch_on_cpu(COOP, "reverse_racy", [x, racy], 300, 128, schedule=schedule)
+    assert not np.array_equal(racy, expected)
+
+
+def _read_lanes(v, src):
+    """Lane ``src`` of ``v`` per lane, or the lane's own value outside the simdgroup."""
+    return np.where((src >= 0) & (src < v.size), v[np.clip(src, 0, v.size - 1)], v)
+
+
+def test_simd_group_functions(compiler):
+    x = rng(7).integers(0, 9, 80).astype(np.int32)
+    out = np.zeros((80, 16), np.int32)
+    dispatch_on_cpu(COOP, "lanes", [x, out], 80, 40)       # simdgroups of 32, 8, 32, 8 lanes
+    for start, size, group, sg in [(0, 32, 0, 0), (32, 8, 0, 1), (40, 32, 1, 0), (72, 8, 1, 1)]:
+        v, o = x[start:start + size].astype(np.int64), out[start:start + size]
+        lane = np.arange(size)
+        expected = np.stack([
+            np.full(size, v.sum()), np.full(size, v.max()), np.full(size, v.min()),
+            np.full(size, np.prod(np.where(v % 3 == 0, 2, 1))), _read_lanes(v, lane ^ 5), _read_lanes(v, lane + 3),
+            np.full(size, v[2] if size > 2 else 0), np.cumsum(v) - v, np.cumsum(v), _read_lanes(v, lane - 1),
+            np.full(size, int((v == 7).any())), np.full(size, 1), lane, np.full(size, sg),
+            np.full(size, group), np.full(size, v[0])], axis=1)
+        np.testing.assert_array_equal(o, expected, err_msg=f"simdgroup at thread {start}")
+
+
+def test_atomics(compiler):
+    x = rng(8).integers(0, 100, 1000).astype(np.uint32)
+    bins, total, top = np.zeros(7, np.uint32), np.zeros(1, np.float32), np.full(1, -1, np.int32)
+    dispatch_on_cpu(COOP, "histogram", [x, bins, total, top], 1000, 64)
+    np.testing.assert_array_equal(bins, np.bincount(x % 7, minlength=7))
+    assert total[0] == np.float32(0.5 * x.sum()) and top[0] == x.max()
+    counts = np.zeros(100, np.uint32)
+    dispatch_on_cpu(COOP, "count_group", [counts], 100, 32, threadgroup_memory=[4])
+    np.testing.assert_array_equal(counts, [32] * 96 + [4] * 4)
+    with pytest.raises(MSLShimError, match=r"threadgroup memory \[\[threadgroup\(0\)\]\]"):
+        dispatch_on_cpu(COOP, "count_group", [counts], 100, 32)
+
+
+def test_thread_positions_of_a_clipped_two_dimensional_grid(compiler):
+    gx, gy, tx, ty = 11, 5, 4, 3
+    out = np.zeros((gy, gx, 16), np.uint32)
+    dispatch_on_cpu(COOP, "positions", [out], (gx, gy), (tx, ty))
+    for y in range(gy):
+        for x in range(gx):
+            size = (min(tx, gx - x // tx * tx), min(ty, gy - y // ty * ty))
+            local = (x % tx, y % ty)
+            expected = [x, y, x // tx, y // ty, *local, *size, tx, ty, -(-gx // tx), -(-gy // ty),
+                        local[1] * size[0] + local[0], -(-size[0] * size[1] // 32), gx, gy]
+            assert out[y, x].tolist() == expected, (x, y)
+
+
+@pytest.mark.parametrize("how, message", [
+    (0, (r"thread 0 waits at threadgroup_barrier \(line \d+\) while thread 5 waits at "
+         r"threadgroup_barrier \(line \d+\); every thread .* same barrier")),
+    (1, r"lane \d+ is at simd_\w+ \(line \d+\) while lane \d+ is at simd_\w+ .*uniform control flow"),
+    (2, r"deadlock: thread 16 waits at threadgroup_barrier .* thread 0 .* waits at simd_sum"),
+])
+def test_threads_that_do_not_synchronise_together_are_reported(compiler, how, message):
+    out = np.zeros(32, np.float32)
+    with pytest.raises(MSLShimError, match="kernel function 'divergent'.*" + message):
+        dispatch_on_cpu(COOP, "divergent", [out, np.array([how], np.int32)], 32, 32)
+
+
+def test_bad_launches_are_argument_errors(compiler):
+    out = np.zeros(32, np.float32)
+    with pytest.raises(ArgumentError, match=r"threadgroup of \(2048, 1, 1\).*1 to 1024"):
+        dispatch_on_cpu(COOP, "reverse", [out, out], 4096, 2048)
+    with pytest.raises(ArgumentError, match="schedule 'random'"):
+        dispatch_on_cpu(COOP, "reverse", [out, out], 32, 32, schedule="random")
+    with pytest.raises(ArgumentError, match=r"grid \(1, 2, 3, 4\)"):
+        dispatch_on_cpu(COOP, "reverse", [out, out], (1, 2, 3, 4))
 
 
 def test_no_compiler_is_a_clear_error(monkeypatch):

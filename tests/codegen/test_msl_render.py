@@ -1,8 +1,9 @@
 """The MSL renderer (``lazyx.codegen.msl``), checked on the CPU.
 
 Every generated source is compiled as C++ through lazyx's MSL shim and run over its
-grid, one thread at a time (``lazyx.backends.metal.msl_cpu``), with the buffers bound
-as Metal binds them. The walk mirrors ``test_cuda_render.py``: every fusible primitive
+grid, one thread at a time (``lazyx.backends.metal.msl_cpu``), launched by the Metal
+backend's own launch logic (``lazyx.backends.metal.compiled.run_program``: the planning
+shared with CUDA, the buffers packed as Metal binds them). The walk mirrors ``test_cuda_render.py``: every fusible primitive
 of the registry, for every dtype its op takes except float64 (Metal has none) and
 complex64 (not rendered yet), in contiguous, strided (a transposed and a sliced input;
 one dtype of each width and signedness) and scalar-input layouts, fused into kernels of at most Metal's 31 buffers and
@@ -12,7 +13,6 @@ compared with the unfused graph on the CPU backend.
 import concurrent.futures
 import math
 import os
-import types
 
 import lazyx.core as mx
 import numpy as np
@@ -20,9 +20,9 @@ import pytest
 from fusible import (SCALAR_DTYPES, add_pairs, build, check_pairs, fusible_primitives,
                      layout_arrays, same_values)
 from helpers import ALL_DTYPES
-from lazyx.backends.cpu.compiled import collapse
+from lazyx.backends.metal import compiled as metal_compiled
 from lazyx.backends.metal import msl_cpu
-from lazyx.backends.metal.launch import Launch
+from lazyx.backends.metal.compiled import ShimRunner
 from lazyx.codegen import ir, msl
 from lazyx.errors import DtypeError
 from lazyx.transforms.fusion import Compiled, fuse_arrays
@@ -41,54 +41,37 @@ BOUNDS = {"max_inputs": 4, "max_outputs": 24, "max_ops": 10**6, "min_ops": 1}
 
 
 # -- running a program through the shim ------------------------------------------------
-_kernels: dict = {}
+# The Metal backend's own launch logic (``lazyx.backends.metal.compiled.run_program``: the
+# planning shared with CUDA, the argument packing of the renderer's buffer layout) with its
+# shim runner.
+class _DryRunner(ShimRunner):
+    """Records ``(kernel, function)`` of each launch without running it: the walk builds
+    every kernel function side by side first."""
 
-
-def _kernel(program, scalar):
-    key = (program.digest, scalar)
-    k = _kernels.get(key)
-    if k is None:
-        src = msl.render(program, scalar)
-        k = _kernels[key] = types.SimpleNamespace(
-            source=src, filename=None, label=f"fused program {program.digest}",
-            buffers=[f"b{i}" for i in range(msl.MAX_BUFFERS)])
-    return k
+    def launch(self, kernel, name, grid, args):
+        self.launches.append((kernel, name))
 
 
 def _plan(program, inputs):
-    """``(kernel, function, buffers, outputs)`` of one launch: the contiguous kernel when
-    every non-scalar input is C-contiguous at the loop's shape, else the strided one on
-    the collapsed layout (the C++ and CUDA kernels' collapse)."""
-    shape = np.broadcast_shapes(*[x.shape for x in inputs]) if inputs else ()
-    n = int(np.prod(shape))
-    scalar = tuple(x.size == 1 for x in inputs)
-    outs = [np.empty(shape, o.dtype.np) for o in program.outputs]
-    count = np.array([n], np.uint32)
-    k = _kernel(program, scalar)
-    if all(x.shape == shape and x.flags.c_contiguous for x, s in zip(inputs, scalar) if not s):
-        return k, "lx_contiguous", [*inputs, *outs, count], outs
-    dims, strides = collapse(shape, inputs, scalar)
-    layout = np.array(dims + [v for st in strides for v in st], np.int64)
-    return k, "lx_strided", [*inputs, *outs, count, np.array([len(dims)], np.int32), layout], outs
+    """The ``(kernel, function)`` launches that running ``program`` on ``inputs`` makes."""
+    dry = _DryRunner()
+    assert metal_compiled.run_program(program, inputs, dry) is not None
+    return dry.launches
 
 
-def _launch(plan):
-    k, fn, bufs, outs = plan
-    msl_cpu.launch_on_cpu(k, Launch(fn, bufs, outs[0], outs[0].size))
-    return outs
-
-
-def _build_all(plans):
-    # Each kernel function is one compiler process: build them side by side.
-    jobs = {(id(k), fn): (k, fn) for k, fn, *_ in plans}
+def _build_all(launches):
+    # Each source is one compiler process: build them side by side.
+    jobs = {k.source: (k, fn) for k, fn in launches}
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         list(pool.map(lambda kf: msl_cpu._entry_point(*kf), jobs.values()))
 
 
-def run(program, *arrays):
-    """``program``'s outputs on NumPy ``arrays``, through the shim."""
-    plan = _plan(program, [np.asarray(a) for a in arrays])
-    return _launch(plan)
+def run(program, *arrays, runner=None):
+    """``program``'s outputs on NumPy ``arrays``, through the shim (a list)."""
+    out = metal_compiled.run_program(program, [np.asarray(a) for a in arrays],
+                                     runner or ShimRunner())
+    assert out is not None, "the inputs' dtypes are not the program's, or Metal refuses it"
+    return list(out) if isinstance(out, tuple) else [out]
 
 
 # -- the source ----------------------------------------------------------------------------
@@ -164,18 +147,19 @@ def walk():
             flat = [o for *_, outs in items for o in outs]
             fused = fuse_arrays(flat, list(arrays.values()), force=True, **BOUNDS)
             cases.append((dtype, layout, items, flat, fused))
-    plans, launched = {}, {}
+    inputs, launched = {}, {}
     for dtype, layout, items, flat, fused in cases:
         mx.eval(flat)
         for f in fused:
             prim = f._prim
-            if isinstance(prim, Compiled) and id(prim) not in plans \
+            if isinstance(prim, Compiled) and id(prim) not in inputs \
                     and msl.supports(prim.program) is None:
                 mx.eval(list(f._inputs))
-                plans[id(prim)] = _plan(prim.program, [x._data for x in f._inputs])
-                launched.setdefault(layout, set()).add(plans[id(prim)][1])
-    _build_all(plans.values())
-    results = {key: _launch(plan) for key, plan in plans.items()}
+                inputs[id(prim)] = (prim.program, [x._data for x in f._inputs])
+                launched.setdefault(layout, set()).update(
+                    fn for _, fn in _plan(*inputs[id(prim)]))
+    _build_all([kf for program, ins in inputs.values() for kf in _plan(program, ins)])
+    results = {key: run(program, *ins) for key, (program, ins) in inputs.items()}
     table = {}
     for dtype, layout, items, flat, fused in cases:
         add_pairs(table, dtype, layout, items, flat, fused, results)
@@ -298,9 +282,9 @@ def test_broadcast_inputs_run_the_strided_kernel(dtype):
     gen = np.random.default_rng(3)
     xs = gen.uniform(-50, 50, (5, 1, 9)).astype(dtype.np)
     ys = gen.uniform(-50, 50, (4, 1)).astype(dtype.np)[::2]  # a sliced view, (2, 1)
-    plan = _plan(p, [xs, ys])
-    assert plan[1] == "lx_strided"
-    got = _launch(plan)
+    runner = ShimRunner()
+    got = run(p, xs, ys, runner=runner)
+    assert runner.launches == [("lx_strided", 5 * 2 * 9)]
     want_sub = mx.subtract(mx.array(xs), mx.array(ys))
     want_max = mx.maximum(mx.array(ys), mx.array(xs))
     same_values(got[0], want_sub, f"broadcast subtract on {dtype.name}")

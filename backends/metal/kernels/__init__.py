@@ -1,0 +1,39 @@
+"""The Metal backend's built-in MSL kernels (issue 20, item 2), one module per kind.
+
+Each module holds one MSL library — kernel templates instantiated per operator and
+dtype from Python tables, never text per dtype — and a launcher per primitive:
+``launcher(primitive, inputs, run) -> output`` plans the grid and threadgroup
+sizes, allocates the output and binds the buffers (:mod:`.common`), and hands each
+:class:`~.common.Dispatch` to ``run``: the GPU runtime on a Mac, or
+:func:`~.common.run_on_cpu` (lazyx's MSL shim) in the tests. A dtype a kernel has
+no version for is a ``DtypeError`` naming the ones it has.
+
+:data:`KERNELS` maps primitive classes to launchers. The backend does not use it
+yet: wiring it (``KERNELS[cls](primitive, inputs, run=<the runtime's dispatch>)``)
+is the backend's part.
+
+| primitive | module | kernels |
+| --- | --- | --- |
+| ``Reduce`` | reductions | rows (any axes, strided), columns (leading axes, contiguous) |
+| ``ArgReduce`` | reductions | rows |
+| ``Softmax``, ``LogSumExp`` | softmax | rows (any axes, strided) |
+"""
+
+from lazyx.plugins import products as _products
+from lazyx.plugins import reductions as _reductions
+
+from . import reductions, softmax
+from .common import Dispatch, Library, run_on_cpu
+
+__all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "run_on_cpu"]
+
+#: Primitive class -> launcher ``(primitive, inputs, run) -> output``.
+KERNELS = {
+    _reductions.Reduce: reductions.reduce,
+    _reductions.ArgReduce: reductions.arg_reduce,
+    _reductions.LogSumExp: softmax.logsumexp,
+    _products.Softmax: softmax.softmax,
+}
+
+#: Every library of built-in kernels (the Mac self-test compiles each).
+LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY)
