@@ -6,6 +6,7 @@ own time.
     python benchmarks/gpu_profile.py            # x + 1.0 on a float32[16], 2000 calls
     python benchmarks/gpu_profile.py --op conv  # gpu_models.py's conv2d row, 500 calls
     python benchmarks/gpu_profile.py --op qmm   # gpu_models.py's 4-bit decode product
+    python benchmarks/gpu_profile.py --op attention  # its bf16 causal attention, 200 calls
 
 The floor under an eager op: ``--op micro`` times CuPy's allocation, a launch of an
 empty kernel through CuPy and through the driver API, and PyTorch's tiny op.
@@ -52,6 +53,16 @@ def _qmm():
     mx.eval(packed, scales, biases, x)
     return (lambda: mx.quantized_matmul(x, packed, scales, biases, transpose=True,
                                         group_size=64, bits=4)), 1000
+
+
+def _attention():
+    # gpu_models.py's attention row: bf16, 8 x 16 heads x 2048 x 128, causal.
+    gen = np.random.default_rng(0)
+    q, k, v = (mx.astype(mx.array(gen.standard_normal((8, 16, 2048, 128)).astype(np.float32)),
+                         mx.bfloat16) for _ in range(3))
+    mx.eval(q, k, v)
+    return (lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=128 ** -0.5,
+                                                         mask="causal")), 200
 
 
 def _per_call(fn, n):
@@ -157,13 +168,13 @@ def lm_kernels(steps: int = 5):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--op", choices=["tiny", "conv", "qmm", "micro", "lm"], default="tiny")
+    ap.add_argument("--op", choices=["tiny", "conv", "qmm", "attention", "micro", "lm"], default="tiny")
     args = ap.parse_args()
     if args.op == "micro":
         return micro()
     if args.op == "lm":
         return lm_kernels()
-    make, calls = {"tiny": _tiny, "conv": _conv, "qmm": _qmm}[args.op]()
+    make, calls = {"tiny": _tiny, "conv": _conv, "qmm": _qmm, "attention": _attention}[args.op]()
 
     def loop():
         for _ in range(calls):

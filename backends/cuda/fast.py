@@ -425,7 +425,10 @@ def _norm(layer: bool):
         nv = n // per
         if n % per == 0 and nv <= 256 * _VECS[-1] and all(
                 a is None or a.data.ptr % 16 == 0 for a in (x, w, b, out)):
-            threads = min(256, (nv + 31) // 32 * 32)
+            # Eight 16-byte vectors per thread where the row has them (a 16 KB row: 128
+            # threads; on an H200 0.95 of a memcpy's bandwidth against 0.87 with 256
+            # threads of four), at least two warps per block.
+            threads = min(256, max(64, (-(-nv // _VECS[-1]) + 31) // 32 * 32))
             vec = next(v for v in _VECS if v * threads >= nv)
             _KERNEL.function(f"norm_rows_vec<{tag},{flag},{vec}>")(
                 (min(rows, 1 << 20),), (threads,), args)

@@ -80,6 +80,15 @@ template <> struct Mma<1> {
   }
 };
 
+// 2^x by the hardware's approximation (2 ulp; subnormal results flush to zero: a
+// probability under 2^-126 of one key), without exp2f's handling around it (measured
+// ~1% of the kernel on an H200).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
@@ -227,12 +236,12 @@ flash_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = mx == LX_NEG_INF ? 0.0f : mx;  // a row with no key yet
-      const float corr = exp2f(m[r] - base);
+      const float corr = fast_exp2(m[r] - base);
       m[r] = mx;
       float sum = 0.0f;
       #pragma unroll
       for (int j = 0; j < NT_S; ++j) {
-        const float p0 = exp2f(s[j][2 * r] - base), p1 = exp2f(s[j][2 * r + 1] - base);
+        const float p0 = fast_exp2(s[j][2 * r] - base), p1 = fast_exp2(s[j][2 * r + 1] - base);
         s[j][2 * r] = p0;
         s[j][2 * r + 1] = p1;
         sum += p0 + p1;

@@ -50,6 +50,12 @@ def _load():
         _lib = False
         path = None
         try:
+            # CuPy loads libcublas on its first cuBLAS call: make that happen, or the maps
+            # below may not list it yet (a process whose first product is captured).
+            _rt.cp.cuda.device.get_cublas_handle()
+        except Exception:  # noqa: BLE001 - no cuBLAS: the maps will not list it
+            pass
+        try:
             with open("/proc/self/maps") as f:  # the exact library CuPy linked
                 for line in f:
                     if "libcublas.so" in line and "libcublasLt" not in line:

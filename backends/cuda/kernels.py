@@ -232,6 +232,11 @@ def _select(p, ins):
 
 # -- products ------------------------------------------------------------------------
 def _matmul_of(a, b):
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
+        # One matrix for every row of a batch (a Linear layer on sequences): one GEMM over
+        # the rows, not a batched GEMM of the batch's slices against the same matrix.
+        lead = a.shape[:-1]
+        return _matmul_of(a.reshape(-1, a.shape[-1]), b).reshape(lead + b.shape[-1:])
     if _gemm.capturing:  # cuBLAS directly: CuPy refuses cuBLAS calls under capture
         out = _gemm.matmul(a, b)
         if out is not None:

@@ -186,6 +186,72 @@ __global__ void qmm_t4(const typename X::S* x, const unsigned int* w, const type
     if (lane == 0) out[(p * M + m) * N + n] = X::store(acc);
   }
 }
+
+// Eight values of x from 16-byte-aligned memory, as floats.
+template <typename X>
+__device__ __forceinline__ void load8(const typename X::S* p, float* f) {
+  if (sizeof(typename X::S) == 2) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    const typename X::S* e = reinterpret_cast<const typename X::S*>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = X::load(e[i]);
+  } else {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+  }
+}
+
+// Decode-shaped affine products (few rows of x): one warp per output value, each lane
+// reading 16 bytes of packed weights at a time (128 / BITS values, within one group) and
+// the matching x straight from global memory (the same x row serves every warp: it stays
+// in L1/L2). Per chunk: acc += s_g * (q . x) + b_g * sum(x). Needs 16-byte-aligned w and
+// x, C % 4 == 0, K % 8 == 0 and 128 / BITS <= gs.
+template <int BITS, typename X, typename SC>
+__global__ void qmm_dec(const typename X::S* x, const uint4* w, const typename SC::S* scales,
+                        const typename SC::S* biases, const long long* xi, const long long* wi,
+                        typename X::S* out, long long P, long long M, long long K, long long N,
+                        long long C, long long G, int gs, int has_b) {
+  constexpr int VPC = 128 / BITS, PER = 32 / BITS;
+  constexpr unsigned int mask = (1u << BITS) - 1u;
+  const int lane = threadIdx.x & 31;
+  const long long warp = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (warp >= P * M * N) return;
+  const long long n = warp % N, pm = warp / N, m = pm % M, p = pm / M;
+  const typename X::S* xr = x + (xi[p] * M + m) * K;
+  const long long wrow = wi[p] * N + n;
+  const uint4* row = w + wrow * (C / 4);
+  const typename SC::S* sr = scales + wrow * G;
+  const typename SC::S* br = has_b ? biases + wrow * G : nullptr;
+  const int gshift = __ffs(gs) - 1;
+  const long long chunks = C / 4;
+  float acc = 0.f;
+#pragma unroll 4
+  for (long long c = lane; c < chunks; c += 32) {
+    const uint4 u = __ldg(row + c);
+    const unsigned int words[4] = {u.x, u.y, u.z, u.w};
+    const long long k0 = c * VPC;
+    const long long g = k0 >> gshift;
+    float dot = 0.f, sx = 0.f;
+#pragma unroll
+    for (int q8 = 0; q8 < VPC / 8; ++q8) {
+      float xv[8];
+      load8<X>(xr + k0 + q8 * 8, xv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int v = q8 * 8 + i;
+        const unsigned int code = (words[v / PER] >> ((v % PER) * BITS)) & mask;
+        // code as a float without the quarter-rate I2F: 2^23 + code, minus 2^23
+        dot = fmaf(xv[i], __int_as_float(code | 0x4b000000u) - 8388608.f, dot);
+        sx += xv[i];
+      }
+    }
+    acc = fmaf(SC::load(sr[g]), dot, acc);
+    if (has_b) acc = fmaf(SC::load(br[g]), sx, acc);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) out[(p * M + m) * N + n] = X::store(acc);
+}
 """
 
 _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
@@ -193,6 +259,9 @@ _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
 #: multiprocessors idle (a decode-shaped product of 4096 rows is 64 blocks of 64 rows:
 #: measured on an H200, the kernel then read its weights at ~160 GB/s).
 _ROWS, _FEW_ROWS, _ENOUGH_BLOCKS = 64, 8, 1024
+#: qmm_dec: the widths it takes, and the most rows of x (P * M) it serves (it reads x
+#: once per output value; past a few rows qmm_t4's staged x is cheaper).
+_DEC_BITS, _DEC_ROWS = (2, 4, 8), 16
 #: x's (and the output's) element type -> its struct in DTYPE_STRUCTS and the view the
 #: kernel takes; scales and biases are read in x's type when they have it, else float32.
 _X = {n: k for n, k in DTYPE_STRUCT_OF.items() if n != "float64"}
@@ -200,7 +269,8 @@ _PAIRS_OF_TYPES = [(x, x) for x in ("F32", "F16", "BF16")] + [("F16", "F32"), ("
 _KERNEL = CudaKernel(
     DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.quantized",
     name_expressions=[f"{k}<{x}, {sc}>" for k in ("qmm_t", "qmm_n") for x, sc in _PAIRS_OF_TYPES]
-    + [f"qmm_t4<{b}, {m}, {x}, {sc}>" for b, m in _FAST for x, sc in _PAIRS_OF_TYPES])
+    + [f"qmm_t4<{b}, {m}, {x}, {sc}>" for b, m in _FAST for x, sc in _PAIRS_OF_TYPES]
+    + [f"qmm_dec<{b}, {x}, {sc}>" for b in _DEC_BITS for x, sc in _PAIRS_OF_TYPES])
 _MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
 _E4M3 = []
 
@@ -231,7 +301,8 @@ def _run(p, x, weights, xi, wi):
     key = (p.bits, p.group_size, p.mode, p.transpose, x.shape, x.dtype, len(xi),
            *[(w.shape, w.dtype) for w in weights])
     plan = _LAUNCHES.get(key)
-    if plan is not None and x.flags.c_contiguous and all(w.flags.c_contiguous for w in weights):
+    if (plan is not None and x.flags.c_contiguous and all(w.flags.c_contiguous for w in weights)
+            and not (x.data.ptr | weights[0].data.ptr) & 15):
         fn, grid, block, shared, shape, tail = plan
         out = cp.empty(shape, x.dtype)
         fn(grid, block, (x, weights[0], weights[1], weights[-1], xi, wi, out) + tail,
@@ -275,8 +346,14 @@ def _run_planned(p, x, weights, xi, wi, key):
         threads = total * 32 if p.transpose else total
         block = (256,)
         fast = (p.bits, _MODE[p.mode])
+        if (p.transpose and p.mode == "affine" and p.bits in _DEC_BITS and P * M <= _DEC_ROWS
+                and 128 // p.bits <= p.group_size and w.shape[-1] % 4 == 0 and k % 8 == 0
+                and not (w.data.ptr | x.data.ptr) & 15):
+            fn = _KERNEL.function(f"qmm_dec<{p.bits}, {types}>")
+            grid, shared = (-(-total // 8),), 0
+            tail = tail[:6] + (np.int32(p.group_size), tail[-1])
         # x rows staged as float32 in shared memory (K + G floats)
-        if p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:
+        elif p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:
             fn = _KERNEL.function(f"qmm_t4<{fast[0]}, {fast[1]}, {types}>")
             rows = _ROWS if -(-n // _ROWS) * P * M >= _ENOUGH_BLOCKS else _FEW_ROWS
             grid, shared = ((n + rows - 1) // rows, P * M), (k + sc.shape[-1]) * 4

@@ -4,7 +4,8 @@
   on (backends/cuda/graphs.py): every call's results equal the plan's, with inputs
   that change between calls; the caller keeps its results across later replays; a new
   signature captures a new graph; a plan that reads a value to the host is not
-  captured and still gives the right numbers.
+  captured and still gives the right numbers; an input passed again as the same array
+  is not copied again, a new array is.
 * Nothing makes the host wait for the GPU until a value is read: a training step,
   eager and compiled, reports no host synchronisation (the backend's hook), and runs
   to the end of its Python while a gate kernel holds the GPU (it would never return
@@ -69,6 +70,25 @@ def test_replays_give_the_plans_numbers_with_changing_inputs(graphs):
         np.testing.assert_allclose(np.asarray(y), want, rtol=2e-3, atol=2e-3)
     assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 4, (graphs.stats,
                                                                             graphs.last_failure)
+
+
+def test_inputs_passed_again_are_not_copied_again_and_new_ones_are(graphs):
+    # The same weight arrays every call (their static copies are reused), the input new;
+    # then a new w1 array (new values): the replay must read it, not the old copy.
+    rng = np.random.default_rng(3)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((32, 64), (64, 16)))
+    f = mx.compile(lambda a, b, c: _mlp_fn(a, b, c))  # its own cache: no graph captured yet
+    with mx.stream(mx.gpu):
+        d1, d2 = _dev(w1), _dev(w2)
+        for i in range(7):
+            if i == 5:
+                w1 = w1[::-1].copy()
+                d1 = _dev(w1)
+            x = rng.standard_normal((8, 32)).astype(np.float32)
+            y = f(d1, d2, _dev(x))
+            np.testing.assert_allclose(np.asarray(y), _reference(w1.astype(np.float64), w2, x),
+                                       rtol=2e-3, atol=2e-3)
+    assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 5, graphs.stats
 
 
 def test_a_new_signature_captures_a_new_graph(graphs):
