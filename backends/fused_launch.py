@@ -42,14 +42,12 @@ import math
 
 import numpy as np
 
-from lazyx import dtypes as _dt
 from lazyx.arguments import broadcast_shapes
-from lazyx.codegen import ir
 from lazyx.errors import KernelCompileError, KernelNotFoundError, LazyxError
-from lazyx.transforms.fusion import _expression, interpret
+from lazyx.transforms.fusion import interpret
 
 from .cpu.compiled import cached_layout, cached_program, compile_failed, contiguous_layout, \
-    runs_contiguous
+    op_program, runs_contiguous
 
 __all__ = ["Plan", "Target", "cached_kernel", "plan_for", "run_program", "compiled_kernel", "eager_kernel"]
 
@@ -226,18 +224,8 @@ def eager_kernel(target: Target, cls, fallback):
     it has none; with no ``fallback``, :meth:`Target.no_kernel`'s error."""
     programs: dict = {}
     with_params = bool(cls._param_names)
-    from_numpy = _dt.from_numpy
     stats = target.stats
-
-    def program_of(prim, inputs):
-        try:
-            args = [ir.input(k, from_numpy(x.dtype)) for k, x in enumerate(inputs)]
-        except Exception:  # a dtype lazyx does not know: not expressible
-            return None
-        es = _expression(prim, args)
-        if es is None:
-            return None
-        return ir.Program([a.dtype for a in args], es)
+    program_of = op_program
 
     def kernel(prim, inputs):
         entry = cached_program(programs, prim, inputs, with_params, program_of)

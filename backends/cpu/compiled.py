@@ -445,6 +445,21 @@ def _compile_failed(program, exc) -> None:
     compile_failed(_broken, program, exc, "C++ kernel", "the op runs its NumPy kernel instead")
 
 
+def op_program(prim, inputs, identity: bool = True):
+    """The one-node program of element-wise primitive ``prim``'s own expression for
+    ``inputs``' dtypes, or None where it has none (a dtype lazyx does not know, no
+    expression for these parameters; with ``identity`` False, an output that is just an
+    input). The single-op kernels of every backend make their programs here."""
+    try:
+        args = [ir.input(k, _dt.from_numpy(x.dtype)) for k, x in enumerate(inputs)]
+    except Exception:  # a dtype lazyx does not know: not expressible
+        return None
+    es = _expression(prim, args)
+    if es is None or (not identity and any(e.op == "input" for e in es)):
+        return None
+    return ir.Program([a.dtype for a in args], es)
+
+
 def eager_kernel(cls, fallback):
     """The ``cpu`` kernel of element-wise primitive class ``cls``: ``fallback`` (its NumPy
     kernel) on small inputs, and a generated kernel of the primitive's own expression
@@ -456,20 +471,12 @@ def eager_kernel(cls, fallback):
     """
     programs: dict = {}
     with_params = bool(cls._param_names)
-    from_numpy = _dt.from_numpy
     limit = ELEMENTWISE_MIN_SIZE
 
     def program_of(prim, inputs):
-        try:
-            args = [ir.input(k, from_numpy(x.dtype)) for k, x in enumerate(inputs)]
-        except Exception:  # a dtype lazyx does not know: not expressible
-            return None
-        es = _expression(prim, args)
         # An output that is an input (stop_gradient, a cast to the same dtype) is the
         # NumPy kernel's view or copy: nothing to compute.
-        if es is None or any(e.op == "input" for e in es):
-            return None
-        return ir.Program([a.dtype for a in args], es)
+        return op_program(prim, inputs, identity=False)
 
     def generated(prim, inputs):
         for x in inputs:
