@@ -17,7 +17,7 @@ import numpy as np
 
 from lazyx.plugins import elementwise as ew
 
-from .common import bool_as_uint8
+from .common import bool_as_uint8, dtype_name
 
 #: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
 #: bfloat16 array exists).
@@ -29,7 +29,7 @@ def _in_float32(fn):
     """Compute a float16/bfloat16 input in float32 and round the result back."""
     def kernel(p, ins):
         x = ins[0]
-        if x.dtype.name in _HALVES:
+        if dtype_name(x.dtype) in _HALVES:
             return fn(p, [x.astype(np.float32)]).astype(x.dtype)
         return fn(p, ins)
     return kernel
@@ -66,7 +66,7 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    elif x.dtype.name == "bfloat16" and to.kind in "iu":
+    elif dtype_name(x.dtype) == "bfloat16" and to.kind in "iu":
         # As MLX (and float32): through float32, so -3 wraps to 253 in uint8; ml_dtypes'
         # own conversion gives 0 or wraps depending on its version.
         x = x.astype(np.float32)

@@ -8,6 +8,8 @@ import numpy as np
 
 from lazyx.plugins import reductions as rd
 
+from .common import dtype_name
+
 _f32 = np.dtype(np.float32)
 #: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
 #: bfloat16 array exists).
@@ -21,7 +23,7 @@ _SUM_NP = {k.np: v.np for k, v in rd.SUM_DTYPE.items()}
 def _accumulating(fn):
     def k(x, axes, keepdims):
         d = x.dtype
-        if d.name in _HALF:
+        if dtype_name(d) in _HALF:
             return fn(x, axis=axes, dtype=_f32, keepdims=keepdims).astype(d)
         return fn(x, axis=axes, dtype=_SUM_NP.get(d, d), keepdims=keepdims)
     return k
@@ -72,7 +74,7 @@ def _finite_max(x, axes):
 def _logsumexp(p, ins):
     x = ins[0]
     d = x.dtype
-    if d.name in _HALF:
+    if dtype_name(d) in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = _finite_max(x, p.axes)
@@ -85,7 +87,7 @@ def _logsumexp(p, ins):
 def _median(p, ins):
     x = ins[0]
     d = x.dtype
-    if d.name in _HALF:
+    if dtype_name(d) in _HALF:
         x = x.astype(_f32)
     return np.asarray(np.median(x, axis=p.axes, keepdims=p.keepdims)).astype(d, copy=False)
 
@@ -93,7 +95,7 @@ def _median(p, ins):
 # -- Scan ------------------------------------------------------------------------
 def _cumsum(x, axis):
     d = x.dtype
-    if d.name in _HALF:
+    if dtype_name(d) in _HALF:
         return np.cumsum(x, axis=axis, dtype=_f32).astype(d)
     return np.cumsum(x, axis=axis, dtype=d)
 
@@ -102,14 +104,14 @@ def _cumprod(x, axis):
     d = x.dtype
     if d.kind == "b":
         return np.logical_and.accumulate(x, axis=axis)
-    if d.name in _HALF:
+    if dtype_name(d) in _HALF:
         return np.cumprod(x, axis=axis, dtype=_f32).astype(d)
     return np.cumprod(x, axis=axis, dtype=d)
 
 
 def _logcumsumexp(x, axis):
     d = x.dtype
-    if d.name in _HALF:
+    if dtype_name(d) in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if x.dtype.kind == "c":

@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from lazyx.backends.cpu.kernels import matmuls as ref
+from lazyx.backends.cpu.kernels.common import dtype_name
 from lazyx.plugins import matmuls as mm
 
 _u16 = np.dtype(np.uint16)
@@ -59,7 +60,7 @@ def _grouped_gather_mm(p, ins):
 def kernels(native, reference) -> dict:
     def hadamard(p, ins):
         x = ins[0]
-        kind = _TYPES.get(x.dtype.name)
+        kind = _TYPES.get(dtype_name(x.dtype))
         if kind is None:
             return reference[mm.Hadamard](p, ins)
         suffix, view = kind
