@@ -49,12 +49,16 @@ def test_kernels_says_who_provides_each_kernel():
 
 
 def test_the_kernels_command():
-    r = subprocess.run([sys.executable, "-m", "lazyx", "kernels", "Add", "--backend", "metal"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "lazyx", "kernels", "Add", "Softmax", "Matmul",
+                        "--backend", "metal"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    # Metal generates element-wise kernels (lazyx.backends.metal.compiled).
-    assert r.stdout.splitlines() == [f"Add ({registry.plugins['elementwise'].label}):",
-                                     "  metal: backend 'metal'"]
+    # Metal generates element-wise kernels (lazyx.backends.metal.compiled), has built-in
+    # ones (lazyx.backends.metal.kernels) and says which primitives fall back to the CPU.
+    assert r.stdout.splitlines() == [
+        f"Add ({registry.plugins['elementwise'].label}):", "  metal: backend 'metal'",
+        f"Softmax ({registry.plugins['products'].label}):", "  metal: backend 'metal'",
+        f"Matmul ({registry.plugins['products'].label}):",
+        "  metal: CPU fallback (the CPU backend's kernel, on unified memory)"]
 
 
 def _kernels(*names, backends=("cpu",), as_json=False):

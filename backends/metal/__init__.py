@@ -7,18 +7,34 @@ bindings (``pip install pyobjc-framework-Metal``); elsewhere it says why. Its
 kernels are checked anywhere with a C++ compiler by running their MSL through
 lazyx's C++ shim: :func:`run_msl_on_cpu`.
 
-Kernels of its own are generated (:mod:`.compiled`): ``compile``'s fused
-``Compiled`` nodes and every element-wise primitive that declares
-``to_expression`` run MSL rendered from compile's IR (:mod:`lazyx.codegen.msl`),
-so ``compile`` fuses on Metal streams as it does on CUDA. A kernel a plugin
-registers for a primitive comes first; other primitives (reductions, matmul,
-indexing ...) have no Metal kernel yet, which is why the backend stays opt-in
-(``LAZYX_METAL=1``). float64 has none on Metal (MSL has no double): such an op
-raises a :class:`~lazyx.errors.DtypeError` naming it.
+Where a node's kernel comes from (:meth:`MetalBackend.find_kernel`, once per
+primitive class), first match wins:
+
+1. a kernel a plugin registered for ``("metal", cls)`` (``lazyx_kernels``);
+2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: ``Reduce``, ``ArgReduce``,
+   ``Softmax``, ``LogSumExp``), its dispatches run by :func:`.runtime.dispatch`;
+3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
+   and every element-wise primitive that declares ``to_expression`` run MSL rendered
+   from compile's IR (:mod:`lazyx.codegen.msl`), so ``compile`` fuses on Metal
+   streams as it does on CUDA;
+4. the primitive's own ``eval_gpu``;
+5. an **explicit CPU fallback**: the active CPU backend's kernel, run on the same
+   NumPy buffers (Apple silicon's memory is unified, so nothing is copied). It is
+   listed as ``CPU fallback`` by ``lazyx kernels`` and ``lazyx info``, counted in
+   :data:`stats` (``cpu_fallback``, and per primitive), and refused with a
+   :class:`~lazyx.errors.KernelNotFoundError` naming the primitive when
+   ``LAZYX_METAL_STRICT=1``. A built-in kernel asked for a dtype it has no version
+   for (``sum`` of int64) falls back the same way.
+
+float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
+:class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
+MLX refuses float64 on the GPU. Most primitives (matmul, indexing, scans, sorts,
+random ...) still fall back to the CPU, which is why the backend stays opt-in on a Mac
+(``LAZYX_METAL=1``).
 
 :func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
-available on any machine with a C++ compiler and runs every Metal kernel (the
-generated ones and plugins') through the shim, with the same planning and
+available on any machine with a C++ compiler and runs every Metal kernel (generated,
+built-in and plugins') through the shim, with the same planning, dispatch sizes and
 argument packing as on a Mac. The tests use it; the Metal API calls themselves
 (:mod:`.runtime`) have not run on real hardware.
 
@@ -31,12 +47,14 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from lazyx import device as lazyx_device
 from lazyx import memory
-from lazyx.backend import Backend, invalidate_dispatch
+from lazyx.backend import Backend, backend_for, dispatch_tables, invalidate_dispatch, resolve_kernel
 from lazyx.device import DeviceType
 from lazyx.environment import read_variable
-from lazyx.errors import BackendError, DtypeError
+from lazyx.errors import BackendError, DtypeError, KernelNotFoundError
 from lazyx.hookspecs import hookimpl
 from lazyx.primitive import Primitive
 from lazyx.transforms.fusion import Compiled
@@ -46,7 +64,7 @@ from .kernel import MetalKernel
 from .runtime import availability
 
 __all__ = ["MetalBackend", "MetalKernel", "MSLShimError", "run_msl_on_cpu", "shim_available",
-           "is_available", "unavailable_reason", "emulate_on_cpu"]
+           "is_available", "unavailable_reason", "emulate_on_cpu", "stats", "CPU_FALLBACK"]
 
 
 def __getattr__(name):
@@ -68,10 +86,71 @@ def unavailable_reason() -> str:
     return availability()[1]
 
 
+#: Counters for tests and diagnostics: calls that ran a built-in kernel, calls that ran
+#: a CPU fallback, and those calls by primitive name.
+stats = {"builtin": 0, "cpu_fallback": 0, "cpu_fallback_by_primitive": {}}
+
+#: How ``lazyx kernels`` / :func:`lazyx.core.kernel_provider` name a CPU fallback.
+CPU_FALLBACK = "CPU fallback (the CPU backend's kernel, on unified memory)"
+
+_NO_DOUBLE = np.dtype(np.float64)
+
+
+def _cpu_fallback(cls):
+    """The ``metal`` kernel of ``cls`` that runs the active CPU backend's kernel on the
+    (NumPy, unified-memory) buffers: counted, refused under ``LAZYX_METAL_STRICT=1``,
+    and refused for float64 inputs. It looks the CPU kernel up at each call, so
+    ``use_backend("cpu", ...)`` applies to it."""
+    name = cls.name
+    by_primitive = stats["cpu_fallback_by_primitive"]
+    cpu = DeviceType.cpu.value
+
+    def kernel(prim, inputs):
+        for x in inputs:
+            if getattr(x, "dtype", None) == _NO_DOUBLE:
+                raise DtypeError(f"{name} cannot run on the Metal GPU with float64 inputs (Metal "
+                                 f"has no double precision). Run it on the CPU (stream=mx.cpu), "
+                                 f"or cast its inputs to float32.")
+        if read_variable("LAZYX_METAL_STRICT") == "1":
+            raise KernelNotFoundError(
+                f"{name} has no Metal kernel for inputs of dtypes "
+                f"{', '.join(str(getattr(x, 'dtype', type(x).__name__)) for x in inputs)}, and "
+                f"LAZYX_METAL_STRICT=1 refuses its CPU fallback. Run it on the CPU "
+                f"(stream=mx.cpu), or unset LAZYX_METAL_STRICT to let the backend run the CPU's "
+                f"kernel on the same memory.")
+        stats["cpu_fallback"] += 1
+        by_primitive[name] = by_primitive.get(name, 0) + 1
+        return dispatch_tables()[0][cpu][cls](prim, inputs)
+
+    kernel.provider = CPU_FALLBACK
+    kernel.cpu_fallback = True
+    return kernel
+
+
+def _builtin(cls, launcher):
+    """The ``metal`` kernel of ``cls`` that runs built-in launcher ``launcher`` (its
+    dispatches through :func:`.runtime.dispatch`), and the CPU fallback for a dtype the
+    kernel has no version for."""
+    from .kernels import UnsupportedDtype  # the kernels' MSL tables: on first use
+    fallback = _cpu_fallback(cls)
+    run = runtime.dispatch
+
+    def kernel(prim, inputs):
+        try:
+            out = launcher(prim, inputs, run)
+        except UnsupportedDtype:
+            return fallback(prim, inputs)
+        stats["builtin"] += 1
+        return out
+
+    return kernel
+
+
 class MetalBackend(Backend):
-    """Apple GPUs through Metal. Buffers are NumPy arrays (unified memory); each kernel
-    is a :class:`MetalKernel` a plugin registered (the GPU path is untested: see
-    :mod:`lazyx.backends.metal.runtime`)."""
+    """Apple GPUs through Metal. Buffers are NumPy arrays (unified memory). Kernels:
+    plugins', built-in MSL (:mod:`.kernels`), generated MSL (:mod:`.compiled`), the
+    primitive's ``eval_gpu``, then an explicit CPU fallback (see the module docstring;
+    the GPU path is untested: :mod:`lazyx.backends.metal.runtime`)."""
 
     name = "metal"
     device_type = DeviceType.gpu
@@ -80,16 +159,23 @@ class MetalBackend(Backend):
         super().__init__()
         self._availability = None
 
+    @property
+    def stats(self) -> dict:
+        """The module's :data:`stats` (built-in kernel calls, CPU fallbacks)."""
+        return stats
+
     def _check(self) -> tuple[bool, str]:
         if self._availability is None:
             ok, why = availability()
             if ok and not runtime.emulating() and read_variable("LAZYX_METAL") != "1":
-                # Element-wise ops and compile's fused kernels are generated, plugins' MSL
-                # kernels run, but the other primitives have no Metal kernel yet: the
-                # backend (and with it the GPU as default device) is opt-in.
+                # Element-wise ops, compile's fused kernels, reductions and softmax run MSL;
+                # the other primitives fall back to the CPU: the backend (and with it the
+                # GPU as default device) is opt-in.
                 ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
-                                  "kernels and plugin-registered MSL kernels only (no reductions, "
-                                  "matmul or indexing yet); set LAZYX_METAL=1 to use it.")
+                                  "kernels, reductions, softmax and plugin-registered MSL "
+                                  "kernels on the GPU, and every other primitive (matmul, "
+                                  "indexing ...) through an explicit CPU fallback; set "
+                                  "LAZYX_METAL=1 to use it.")
             self._availability = (ok, why)
         return self._availability
 
@@ -102,23 +188,33 @@ class MetalBackend(Backend):
     def describe(self) -> str:
         where = "emulated on the CPU through lazyx's C++ shim" if runtime.emulating() else \
             "checked on the CPU through lazyx's C++ shim"
-        return f"generated element-wise MSL kernels and plugins' MSL kernels; {where}"
+        return (f"built-in MSL kernels (reductions, softmax), generated element-wise MSL "
+                f"kernels and plugins' MSL kernels, other primitives as CPU fallbacks; {where}")
+
+    def load_kernels(self) -> dict:
+        from .kernels import KERNELS  # the built-in kernels' MSL: on first use
+        return {cls: _builtin(cls, launcher) for cls, launcher in KERNELS.items()}
 
     def find_kernel(self, cls):
-        # A kernel a plugin registered (or this backend's table) comes first; then an
-        # element-wise primitive that writes itself in the codegen IR runs a generated MSL
-        # kernel (its own expression; see .compiled), and compile's Compiled nodes one
-        # fused kernel. A primitive's own eval_gpu is left to it.
+        # A kernel a plugin registered (resolve_kernel, before this) or a built-in one
+        # comes first; then an element-wise primitive that writes itself in the codegen
+        # IR runs a generated MSL kernel (its own expression; see .compiled), and
+        # compile's Compiled nodes one fused kernel. A primitive's own eval_gpu is left
+        # to it; any other primitive the CPU backend can run gets the explicit fallback.
         fn = super().find_kernel(cls)
         if fn is not None:
             return fn
         if cls is Compiled:
             from . import compiled  # the MSL renderer: on first use
             return compiled.compiled_kernel
-        if callable(getattr(cls, "to_expression", None)) and cls.eval_gpu is Primitive.eval_gpu:
+        if cls.eval_gpu is not Primitive.eval_gpu:
+            return None
+        if callable(getattr(cls, "to_expression", None)):
             from . import compiled  # the MSL renderer: on first use
             return compiled.eager_kernel(cls, None)
-        return None
+        if getattr(resolve_kernel(backend_for(DeviceType.cpu), cls)[0], "missing", False):
+            return None
+        return _cpu_fallback(cls)
 
     def forget_availability(self) -> None:
         """Ask again whether Metal is available (after :func:`emulate_on_cpu`)."""

@@ -8,8 +8,12 @@ buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch` for
 :class:`~lazyx.backends.metal.MetalKernel`, :mod:`lazyx.backends.metal.compiled`
 for generated kernels).
 
-One function touches the GPU: :func:`execute` runs a planned
-:class:`~lazyx.backends.metal.launch.Launch`. Buffers stay NumPy arrays between
+Two entry points touch the GPU, both through :func:`_encode_and_wait`:
+:func:`execute` runs a planned :class:`~lazyx.backends.metal.launch.Launch` (one
+thread per element, threadgroups as wide as the pipeline allows), and
+:func:`dispatch` a built-in kernel's :class:`~lazyx.backends.metal.kernels.Dispatch`
+(a 3-D grid in threadgroups of the size the kernel was written for, with the
+threadgroup memory lengths it asks for). Buffers stay NumPy arrays between
 kernels (Apple silicon's memory is unified); each launch copies its inputs into
 shared ``MTLBuffer`` objects and the buffers it writes back, waiting for the
 command buffer to finish. Simple and slow; a buffer-owning Metal backend is later
@@ -17,8 +21,8 @@ work. Libraries are compiled once per source and pipelines once per kernel
 function, with fast math off so that results round as on the CPU.
 
 **Emulation.** :func:`set_emulation` replaces the GPU by the CPU shim: the backend
-reports itself available and :func:`execute` runs the MSL through
-:mod:`lazyx.backends.metal.msl_cpu`. Everything above this module (kernel choice,
+reports itself available and :func:`execute` and :func:`dispatch` run the MSL
+through :mod:`lazyx.backends.metal.msl_cpu`. Everything above this module (kernel choice,
 planning, argument packing) then runs as on a Mac, which is how the tests check the
 Metal backend on Linux (``lazyx.backends.metal.emulate_on_cpu``).
 """
@@ -36,7 +40,8 @@ from lazyx.errors import BackendError, KernelCompileError
 
 from .launch import plan_for_primitive
 
-__all__ = ["availability", "run", "execute", "MetalCompileError", "set_emulation", "emulating"]
+__all__ = ["availability", "run", "execute", "dispatch", "MetalCompileError", "set_emulation",
+           "emulating"]
 
 INSTALL_HINT = "pip install pyobjc-framework-Metal"
 
@@ -139,9 +144,10 @@ def _describe(error) -> str:
     return str(error.localizedDescription()) if error is not None else "(no error given)"
 
 
-def _size(Metal, n: int):
+def _size(Metal, sizes: tuple):
+    """An ``MTLSize`` of three sizes (width, height, depth)."""
     make = getattr(Metal, "MTLSizeMake", None)
-    return make(n, 1, 1) if make is not None else Metal.MTLSize(n, 1, 1)
+    return make(*sizes) if make is not None else Metal.MTLSize(*sizes)
 
 
 def _span(a: np.ndarray) -> tuple[bytes, int]:
@@ -171,15 +177,62 @@ def execute(kernel, launch):
     if _emulated:
         from . import msl_cpu  # the C++ toolchain: only when emulating
         return msl_cpu.launch_on_cpu(kernel, launch)
+    _encode_and_wait(kernel, launch.function, launch.buffers, launch.written(),
+                     (launch.grid, 1, 1), None, ())
+    return launch.output
+
+
+def dispatch(d) -> None:
+    """Run one :class:`~lazyx.backends.metal.kernels.Dispatch` of a built-in kernel (the
+    ``run`` the backend hands the launchers of :data:`lazyx.backends.metal.kernels.KERNELS`):
+    Metal's ``dispatchThreads(d.grid, d.threadgroup)`` of function ``d.function`` of
+    ``d.library``, ``d.buffers[n]`` bound to ``[[buffer(n)]]``, threadgroup memory of
+    ``d.threadgroup_memory[n]`` bytes at ``[[threadgroup(n)]]``; waits, and copies the
+    buffers ``d.writes`` names back into their NumPy arrays. Emulated: the same dispatch
+    through the shim (:func:`lazyx.backends.metal.msl_cpu.dispatch_on_cpu`)."""
+    if 0 in tuple(d.grid):
+        return
+    if _emulated:
+        from . import msl_cpu  # the C++ toolchain: only when emulating
+        msl_cpu.dispatch_on_cpu(d.library, d.function, d.buffers, d.grid, d.threadgroup,
+                                threadgroup_memory=d.threadgroup_memory)
+        return
+    _encode_and_wait(d.library, d.function, d.buffers, [d.buffers[i] for i in d.writes],
+                     _three(d.grid), _three(d.threadgroup), tuple(d.threadgroup_memory))
+
+
+def _three(sizes) -> tuple:
+    """Up to three sizes as (width, height, depth)."""
+    sizes = (sizes,) if isinstance(sizes, (int, np.integer)) else tuple(sizes)
+    return tuple(int(n) for n in sizes) + (1,) * (3 - len(sizes))
+
+
+def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threadgroup,
+                     threadgroup_memory: tuple) -> None:
+    """One compute command on the GPU: bind, dispatch, commit, wait, copy back.
+
+    ``grid`` counts threads per dimension; ``threadgroup`` is the threads per threadgroup
+    (None: as many along x as the pipeline allows, up to the grid's width). **Untested
+    on hardware** (written from Apple's Metal documentation, see the module docstring).
+    """
     Metal, device, queue = _get_context()
-    pipeline = _pipeline(kernel, launch.function)
+    pipeline = _pipeline(kernel, function)
+    # A pipeline's own limit can be below the device's 1024 (registers, threadgroup
+    # memory): a kernel written for a larger threadgroup must not run with a smaller one.
+    limit = int(pipeline.maxTotalThreadsPerThreadgroup())
+    if threadgroup is None:
+        threadgroup = (min(limit, grid[0]), 1, 1)
+    elif threadgroup[0] * threadgroup[1] * threadgroup[2] > limit:
+        raise BackendError(f"{kernel.label} ({function}) needs threadgroups of {threadgroup} "
+                           f"threads; this GPU's pipeline for it allows {limit}.")
     shared = Metal.MTLResourceStorageModeShared
+    # One command buffer per launch, one compute encoder in it (MTLCommandBuffer,
+    # computeCommandEncoder); the pipeline state selects the kernel function.
     commands = queue.commandBuffer()
     encoder = commands.computeCommandEncoder()
     encoder.setComputePipelineState_(pipeline)
-    written = launch.written()
     keep, copies = [], []
-    for index, a in enumerate(launch.buffers):
+    for index, a in enumerate(buffers):
         if any(a is w for w in written):
             # Outputs are C-contiguous new arrays: a buffer of their size, read back below.
             buf = device.newBufferWithLength_options_(max(a.nbytes, 4), shared)
@@ -188,6 +241,7 @@ def execute(kernel, launch):
         else:
             data, offset = _span(a)
             if offset == 0 and len(data) <= _SET_BYTES_LIMIT:  # constants, layouts, small inputs
+                # setBytes: Metal copies up to 4 KB into the command itself, no MTLBuffer.
                 encoder.setBytes_length_atIndex_(data, len(data), index)
                 continue
             buf = device.newBufferWithBytes_length_options_(data, len(data), shared)
@@ -195,16 +249,23 @@ def execute(kernel, launch):
         # buffer: the kernel's negative indices reach the bytes before it.
         encoder.setBuffer_offset_atIndex_(buf, offset, index)
         keep.append(buf)
-    width = min(int(pipeline.maxTotalThreadsPerThreadgroup()), launch.grid)
-    encoder.dispatchThreads_threadsPerThreadgroup_(_size(Metal, launch.grid), _size(Metal, width))
+    for index, length in enumerate(threadgroup_memory):
+        # setThreadgroupMemoryLength:atIndex: sizes the [[threadgroup(index)]] argument;
+        # Metal requires a multiple of 16 bytes. Statically sized `threadgroup` arrays
+        # declared inside a kernel need no call (the built-in kernels' are such).
+        if length:
+            encoder.setThreadgroupMemoryLength_atIndex_(-(-int(length) // 16) * 16, index)
+    # dispatchThreads:threadsPerThreadgroup: runs exactly `grid` threads; Metal clips
+    # the threadgroups at the grid's edges (non-uniform threadgroups, Apple GPUs).
+    encoder.dispatchThreads_threadsPerThreadgroup_(_size(Metal, grid), _size(Metal, threadgroup))
     encoder.endEncoding()
     commands.commit()
     commands.waitUntilCompleted()
     if commands.error() is not None:
-        raise BackendError(f"{kernel.label} ({launch.function}) failed on the GPU: "
+        raise BackendError(f"{kernel.label} ({function}) failed on the GPU: "
                            f"{_describe(commands.error())}")
     for buf, a in copies:
+        # contents() is the shared buffer's CPU address: copy the kernel's output out.
         raw = buf.contents().as_buffer(a.nbytes)
         a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
     del keep
-    return launch.output

@@ -75,7 +75,9 @@ class Backend:
         The default looks ``cls`` and then its base classes up in ``kernels``. It
         is called once per primitive class (the result is cached until a backend
         or a plugin's kernels change), so a backend may override it to make
-        kernels on demand: wrap another backend's, compile one, and so on.
+        kernels on demand: wrap another backend's, compile one, and so on. A kernel
+        with a ``provider`` attribute (a string) is reported by it instead of
+        ``"backend '<name>'"`` (``lazyx kernels``, :func:`kernel_provider`).
         """
         kernels = self.kernels
         for klass in cls.__mro__:
@@ -214,7 +216,8 @@ def resolve_kernel(backend: Backend, cls: type) -> tuple[object, str]:
             f"uninstall one of them.")), "conflict"
     fn = backend.find_kernel(cls)
     if fn is not None:
-        return fn, f"backend {backend.name!r}"
+        # A backend may label a kernel it makes (the Metal backend's "CPU fallback ...").
+        return fn, getattr(fn, "provider", None) or f"backend {backend.name!r}"
     method = "eval_cpu" if backend.device_type is DeviceType.cpu else "eval_gpu"
     own = getattr(cls, method)
     info = primitives.get(cls)

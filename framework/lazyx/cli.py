@@ -62,6 +62,9 @@ def info_data(env: bool = False) -> dict:
     * ``kernel_conflicts`` and ``conflicts``: ``[{"primitive", "backend", "providers"}]``
       and ``[{"name", "providers"}]``;
     * ``missing_kernels``: ``{backend: [primitive, ...]}`` for every available backend;
+    * ``fallback_kernels``: ``{backend: [primitive, ...]}``: the primitives an available
+      backend runs through an explicit CPU fallback (a kernel marked ``cpu_fallback``,
+      e.g. the Metal backend's);
     * ``unchecked_backends``: the backends that cannot run here (their kernels are not
       counted as missing);
     * ``primitive_count``: how many primitives are registered;
@@ -139,6 +142,11 @@ def info_data(env: bool = False) -> dict:
         bn: sorted(cls.name for cls in registry.primitives
                    if getattr(resolve_kernel(b, cls)[0], "missing", False))
         for bn, b in runnable}
+    data["fallback_kernels"] = {
+        bn: names for bn, names in (
+            (bn, sorted(cls.name for cls in registry.primitives
+                        if getattr(resolve_kernel(b, cls)[0], "cpu_fallback", False)))
+            for bn, b in runnable) if names}
     data["unchecked_backends"] = [n for n, b in all_backends if not b.is_available()]
     data["primitive_count"] = len(registry.primitives)
     if env:
@@ -219,6 +227,10 @@ def info(out=None, env: bool = False, as_json: bool = False) -> None:
         w("  none\n")
     if d["unchecked_backends"]:
         w("  (not checked, not available here: " + ", ".join(d["unchecked_backends"]) + ")\n")
+    if d["fallback_kernels"]:
+        w("\nCPU fallbacks (the CPU backend's kernel runs on the device's memory):\n")
+        for bn, names in d["fallback_kernels"].items():
+            w(f"  {bn}: {len(names)} of {_plural(total, 'primitive')}: " + " ".join(names) + "\n")
     if env:
         w("\n")
         _environment(w, d["environment"])

@@ -169,8 +169,17 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_METAL", "unset: the Metal backend is off",
-        "`1`: enable the Metal backend on a Mac (it runs element-wise ops, compiled kernels "
-        "and plugins' MSL kernels only, so it is opt-in); another value is a warning (then `0`).",
+        "`1`: enable the Metal backend on a Mac (element-wise ops, compiled kernels, "
+        "reductions, softmax and plugins' MSL kernels run on the GPU, other primitives "
+        "through an explicit CPU fallback, so it is opt-in); another value is a warning "
+        "(then `0`).",
+        ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
+    EnvironmentVariable(
+        "LAZYX_METAL_STRICT", "unset: a primitive with no Metal kernel runs the CPU's "
+        "kernel on the same (unified) memory, counted in `lazyx.backends.metal.stats`",
+        "`1`: such a CPU fallback raises a `KernelNotFoundError` naming the primitive "
+        "instead (`lazyx kernels --backend metal` lists the fallbacks). Read at each "
+        "fallback; another value is a warning (then `0`).",
         ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
     *[EnvironmentVariable(
         name, "unset", f"{what}, as set by {who}; `lazyx.core.distributed` "

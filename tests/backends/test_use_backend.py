@@ -59,9 +59,11 @@ def test_environment_variable_chooses_the_backend():
 
 def test_kernel_provider_says_who_serves_a_primitive():
     assert kernel_provider("cpu-reference", Add) == "backend 'cpu-reference'"
-    # Metal generates element-wise kernels (Add); reductions have none there yet.
+    # Metal generates element-wise kernels (Add), has built-in reductions, and runs
+    # primitives it has no kernel for (Matmul) through an explicit CPU fallback.
     assert kernel_provider("metal", Add) == "backend 'metal'"
-    assert "missing" in kernel_provider("metal", "Reduce")
+    assert kernel_provider("metal", "Reduce") == "backend 'metal'"
+    assert kernel_provider("metal", "Matmul").startswith("CPU fallback")
 
 
 def test_metal_reports_why_it_is_unavailable():

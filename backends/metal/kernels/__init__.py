@@ -4,13 +4,15 @@ Each module holds one MSL library — kernel templates instantiated per operator
 dtype from Python tables, never text per dtype — and a launcher per primitive:
 ``launcher(primitive, inputs, run) -> output`` plans the grid and threadgroup
 sizes, allocates the output and binds the buffers (:mod:`.common`), and hands each
-:class:`~.common.Dispatch` to ``run``: the GPU runtime on a Mac, or
-:func:`~.common.run_on_cpu` (lazyx's MSL shim) in the tests. A dtype a kernel has
-no version for is a ``DtypeError`` naming the ones it has.
+:class:`~.common.Dispatch` to ``run``: the backend's
+:func:`lazyx.backends.metal.runtime.dispatch` (the GPU on a Mac, the shim under
+``emulate_on_cpu``), or :func:`~.common.run_on_cpu` (lazyx's MSL shim) in the
+kernel tests. A dtype a kernel has no version for is an
+:class:`~.common.UnsupportedDtype` naming the ones it has, raised before anything
+runs; the backend then runs the CPU's kernel instead, counted as a CPU fallback.
 
-:data:`KERNELS` maps primitive classes to launchers. The backend does not use it
-yet: wiring it (``KERNELS[cls](primitive, inputs, run=<the runtime's dispatch>)``)
-is the backend's part.
+:data:`KERNELS` maps primitive classes to launchers; the Metal backend's kernel table
+is built from it (``lazyx.backends.metal``).
 
 | primitive | module | kernels |
 | --- | --- | --- |
@@ -23,9 +25,9 @@ from lazyx.plugins import products as _products
 from lazyx.plugins import reductions as _reductions
 
 from . import reductions, softmax
-from .common import Dispatch, Library, run_on_cpu
+from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
-__all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "run_on_cpu"]
+__all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
 
 #: Primitive class -> launcher ``(primitive, inputs, run) -> output``.
 KERNELS = {

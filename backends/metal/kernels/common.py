@@ -11,7 +11,8 @@ is a one-element array, ``constant T&``; shapes are ``int``, strides ``int64_t``
 elements), then calls ``run(dispatch)`` once per :class:`Dispatch`. The runner is
 whoever executes MSL: the GPU runtime on a Mac, :func:`run_on_cpu` (lazyx's C++ shim)
 in the tests. :class:`Dispatch` carries a threadgroup size, which ``launch.Launch``
-does not have yet; it lives here so that the launch planner stays as it is.
+does not have yet; it lives here so that the launch planner stays as it is. The
+backend runs dispatches with :func:`lazyx.backends.metal.runtime.dispatch`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from lazyx.errors import DtypeError
 from ..launch import MSL_TYPE_OF
 
 __all__ = ["Library", "Dispatch", "run_on_cpu", "instantiate", "msl_type", "row_layout",
-           "threadgroup_for_rows", "bindable", "unsupported", "PRELUDE", "SIMD_WIDTH", "MAX_THREADGROUP"]
+           "threadgroup_for_rows", "bindable", "unsupported", "UnsupportedDtype", "PRELUDE",
+           "SIMD_WIDTH", "MAX_THREADGROUP"]
 
 SIMD_WIDTH = 32
 MAX_THREADGROUP = 1024
@@ -55,7 +57,11 @@ class Dispatch:
     """One kernel launch: Metal's ``dispatchThreads(grid, threadgroup)``.
 
     ``grid`` counts threads per dimension; threadgroups of ``threadgroup`` threads
-    tile it. ``buffers[n]`` is bound to ``[[buffer(n)]]``.
+    tile it. ``buffers[n]`` is bound to ``[[buffer(n)]]``. ``writes`` lists the
+    indices of the buffers the kernel writes (read back after a GPU run; the
+    built-in kernels write their output, buffer 1). ``threadgroup_memory[n]`` is the
+    byte length of a ``[[threadgroup(n)]]`` argument (``setThreadgroupMemoryLength``);
+    the built-in kernels declare their threadgroup arrays inside and need none.
     """
 
     library: Library
@@ -63,13 +69,16 @@ class Dispatch:
     buffers: list
     grid: tuple
     threadgroup: tuple
+    writes: tuple = (1,)
+    threadgroup_memory: tuple = ()
 
 
 def run_on_cpu(dispatch: Dispatch, schedule: str = "forward") -> None:
     """Run ``dispatch`` through lazyx's MSL shim on the CPU (a launcher's ``run`` in the tests)."""
     from .. import msl_cpu  # the C++ toolchain: only when MSL runs on the CPU
     msl_cpu.dispatch_on_cpu(dispatch.library, dispatch.function, dispatch.buffers,
-                            dispatch.grid, dispatch.threadgroup, schedule=schedule)
+                            dispatch.grid, dispatch.threadgroup,
+                            threadgroup_memory=dispatch.threadgroup_memory, schedule=schedule)
 
 
 def instantiate(host: str, template: str, *args: str) -> str:
@@ -83,11 +92,17 @@ def msl_type(dtype) -> str:
     return MSL_TYPE_OF[ldt.to_dtype(dtype).name]
 
 
-def unsupported(kernel: str, dtype, supported) -> DtypeError:
+class UnsupportedDtype(DtypeError):
+    """A launcher was asked for a dtype its kernel has no version for (raised before
+    anything runs; the backend then falls back to the CPU explicitly, float64 aside)."""
+
+
+def unsupported(kernel: str, dtype, supported) -> UnsupportedDtype:
     """The error of a launcher asked for a dtype its kernel has no instantiation for."""
-    return DtypeError(f"Metal kernel {kernel} has no version for dtype {ldt.to_dtype(dtype).name}; "
-                      f"it has {', '.join(d.name for d in supported)}. Run the primitive on "
-                      f"another backend (the CPU's) for this dtype.")
+    return UnsupportedDtype(f"Metal kernel {kernel} has no version for dtype "
+                            f"{ldt.to_dtype(dtype).name}; it has "
+                            f"{', '.join(d.name for d in supported)}. Run the primitive on "
+                            f"another backend (the CPU's) for this dtype.")
 
 
 # -- strided rows ---------------------------------------------------------------------------
