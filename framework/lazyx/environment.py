@@ -180,7 +180,8 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "`1`: such a CPU fallback raises a `KernelNotFoundError` naming the primitive "
         "instead (`lazyx kernels --backend metal` lists the fallbacks). Read at each "
         "fallback; another value is a warning (then `0`).",
-        ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
+        ("backends/metal/__init__.py", "backends/metal/selftest.py"), ("0", "1"),
+        invalid="warning"),
     *[EnvironmentVariable(
         name, "unset", f"{what}, as set by {who}; `lazyx.core.distributed` "
         f"reads the first pair set (`LAZYX_*`, `OMPI_COMM_WORLD_*`, `PMI_*`, then `RANK` and "

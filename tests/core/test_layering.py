@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"lazyx": ROOT / "framework" / "lazyx", "lazyx.plugins": ROOT / "plugins",
             "lazyx.backends": ROOT / "backends"}
 ROOF = ("lazyx.core", "lazyx.extend", "lazyx.nn", "lazyx.optimizers", "lazyx.utils",
-        "lazyx.cli", "lazyx.__main__", "lazyx.testing")
+        "lazyx.cli", "lazyx.__main__", "lazyx.testing",
+        "lazyx.backends.metal.selftest")  # a program, like the CLI: it runs what users run
 
 
 def _modules() -> dict[str, Path]:

@@ -1,0 +1,434 @@
+"""The Metal backend's self-test: every kind of kernel it has, on this machine's GPU,
+against the CPU backend on the same inputs.
+
+    python -m lazyx.backends.metal.selftest [--quick] [--only TEXT] [--emulate]
+
+The flow:
+
+1. **Enable the backend** (:func:`enable`): on a Mac the real GPU (``LAZYX_METAL=1``
+   is set for this process: the backend is opt-in); with ``--emulate`` lazyx's C++
+   shim in its place (:func:`lazyx.backends.metal.emulate_on_cpu`), which checks the
+   MSL on any machine with a C++ compiler but says nothing about the GPU. Where neither
+   is possible the test prints why and exits with status 2.
+2. **Run the cases** (:data:`CASES`, a list of :class:`Case`; one table row per case
+   and dtype): random inputs drawn once, the computation on the CPU stream (the CPU
+   backend: the reference) and on the GPU stream with the Metal backend active, the
+   latter through the public API (``lazyx.core``, ``stream=mx.gpu``) as users run it.
+   The kinds: generated element-wise kernels over the fusible primitives and dtypes
+   (contiguous and broadcast layouts), ``compile``'s fused kernels, the built-in MSL
+   kernels (reductions, arg-reductions, softmax, log-sum-exp) over a few shapes and
+   axes, and primitives that run the explicit CPU fallback.
+3. **Say which path ran** from the backend's counters, read before and after the GPU
+   call: ``lazyx.backends.metal.compiled.stats`` (generated launches) and
+   ``lazyx.backends.metal.stats`` (built-in dispatches, CPU fallbacks). Where a counter
+   is missing the path is "unknown" and not checked. A case that expects a generated or
+   built-in kernel and ran another path fails (a fast path silently lost); one that
+   expects the CPU fallback passes on any path (a primitive gaining a kernel is news,
+   not a failure).
+4. **Compare** each output's dtype, shape and values with the CPU's, within the
+   tolerance of its dtype (:data:`lazyx.testing.checks.TOLERANCES`; integers and bool
+   exactly), and print the table: kernel, dtype, shape, path, max error, result
+   (pass / FAIL with the reason / skipped with the reason). Exit status 1 when a row
+   failed, else 0.
+
+:func:`main` takes a ``cases`` argument: the hook through which tests run their own
+cases (a deliberately broken one must make the test fail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+import lazyx.core as mx
+from lazyx import backend as registry
+from lazyx.environment import read_variable
+from lazyx.errors import BackendError, KernelNotFoundError, LazyxError
+from lazyx.testing.checks import TOLERANCES, random_array
+
+from .. import metal
+from . import compiled
+
+__all__ = ["Case", "CASES", "GENERATED", "BUILTIN", "FALLBACK", "UNKNOWN", "enable", "run_case",
+           "main"]
+
+# -- the paths a GPU call can take (how the table names them) ------------------------------
+GENERATED = "generated"
+BUILTIN = "built-in"
+FALLBACK = "CPU fallback"
+UNKNOWN = "unknown"
+
+FLOATS = ("float32", "float16", "bfloat16")
+INTS = ("int32",)
+BOOLS = ("bool",)
+NUMBERS = FLOATS + INTS
+
+
+@dataclass(frozen=True)
+class Case:
+    """One computation checked on the GPU against the CPU backend, for each of its dtypes.
+
+    Attributes:
+        kernel: its name in the table (``"exp"``, ``"sum axis=1"``).
+        fn: the lazyx computation, called with lazyx arrays on the stream in effect;
+          returns an array or a tuple of arrays.
+        dtypes: the dtype names (``"float32"``, ``"bool"`` ...) of its inputs, one row each.
+        shapes: one shape per input.
+        path: the path expected on the GPU (:data:`GENERATED`, :data:`BUILTIN`,
+          :data:`FALLBACK`).
+        domain: inputs are drawn uniformly from ``[low, high)`` (integers in it).
+        nonzero: the last input has no zeros (divisors).
+        compiled: the GPU runs ``mx.compile(fn)``; the CPU reference runs ``fn`` itself.
+        reference: what the CPU runs instead of ``fn`` (default ``fn``).
+        quick: part of ``--quick``'s reduced list.
+    """
+
+    kernel: str
+    fn: Callable
+    dtypes: tuple
+    shapes: tuple
+    path: str
+    domain: tuple = (-4.0, 4.0)
+    nonzero: bool = False
+    compiled: bool = False
+    reference: Callable | None = None
+    quick: bool = False
+
+
+# -- the cases --------------------------------------------------------------------------------
+# Element-wise ops with a generated kernel: public name -> (arity, dtypes, input domain).
+# Domains keep inputs where the function is defined (and, for float16, finite).
+_UNARY = {
+    "abs": (NUMBERS, None), "negative": (NUMBERS, None), "sign": (NUMBERS, None),
+    "square": (NUMBERS, None), "exp": (FLOATS, None), "expm1": (FLOATS, None),
+    "log": (FLOATS, (0.1, 4.0)), "log1p": (FLOATS, (-0.9, 4.0)), "log2": (FLOATS, (0.1, 4.0)),
+    "log10": (FLOATS, (0.1, 4.0)), "sqrt": (FLOATS, (0.0, 4.0)), "rsqrt": (FLOATS, (0.1, 4.0)),
+    "sin": (FLOATS, None), "cos": (FLOATS, None), "tan": (FLOATS, (-1.2, 1.2)),
+    "arcsin": (FLOATS, (-0.99, 0.99)), "arccos": (FLOATS, (-0.99, 0.99)),
+    "arctan": (FLOATS, None), "sinh": (FLOATS, None), "cosh": (FLOATS, None),
+    "tanh": (FLOATS, None), "arcsinh": (FLOATS, None), "arccosh": (FLOATS, (1.01, 4.0)),
+    "arctanh": (FLOATS, (-0.95, 0.95)), "floor": (FLOATS, None), "ceil": (FLOATS, None),
+    "round": (FLOATS, None), "erf": (FLOATS, None), "erfinv": (FLOATS, (-0.95, 0.95)),
+    "sigmoid": (FLOATS, None), "isnan": (FLOATS, None), "isinf": (FLOATS, None),
+    "isfinite": (FLOATS, None), "stop_gradient": (NUMBERS + BOOLS, None),
+    "logical_not": (BOOLS, None), "bitwise_invert": (INTS, None),
+}
+_BINARY = {
+    "add": (NUMBERS, None, False), "subtract": (NUMBERS, None, False),
+    "multiply": (NUMBERS, None, False), "divide": (FLOATS, None, True),
+    "maximum": (NUMBERS, None, False), "minimum": (NUMBERS, None, False),
+    "power": (FLOATS, (0.1, 3.0), False), "logaddexp": (FLOATS, None, False),
+    "arctan2": (FLOATS, None, False), "floor_divide": (NUMBERS, None, True),
+    "remainder": (NUMBERS, None, True), "equal": (NUMBERS + BOOLS, None, False),
+    "not_equal": (NUMBERS + BOOLS, None, False), "less": (NUMBERS, None, False),
+    "less_equal": (NUMBERS, None, False), "greater": (NUMBERS, None, False),
+    "greater_equal": (NUMBERS, None, False), "logical_and": (BOOLS, None, False),
+    "logical_or": (BOOLS, None, False), "bitwise_and": (INTS, None, False),
+    "bitwise_or": (INTS, None, False), "bitwise_xor": (INTS, None, False),
+    "left_shift": (INTS, (0.0, 8.0), False), "right_shift": (INTS, (0.0, 8.0), False),
+}
+_SHAPE = (33, 17)          # not a multiple of a SIMD width
+_BROADCAST = ((33, 17), (17,))  # the strided kernel
+_QUICK = {"exp", "add", "greater", "logical_and"}
+
+
+def _op(name):
+    """``lazyx.core.<name>`` looked up at call time (a case list is built at import)."""
+    def call(*args):
+        return getattr(mx, name)(*args)
+    call.__name__ = name
+    return call
+
+
+def _elementwise_cases() -> list[Case]:
+    unary = [Case(name, _op(name), dtypes, (_SHAPE,), GENERATED, domain or (-4.0, 4.0),
+                  quick=name in _QUICK) for name, (dtypes, domain) in _UNARY.items()]
+    binary = [Case(name, _op(name), dtypes, shapes, GENERATED, domain or (-4.0, 4.0), nonzero,
+                   quick=name in _QUICK and shapes == _BROADCAST)
+              for name, (dtypes, domain, nonzero) in _BINARY.items()
+              for shapes in ((_SHAPE, _SHAPE), _BROADCAST)]
+    where = Case("where", lambda c, a, b: mx.where(c > 0, a, b), NUMBERS, (_SHAPE,) * 3, GENERATED)
+    return unary + binary + [where]
+
+
+def _gelu(x):
+    # GELU with erf, as nn.gelu: one fused kernel.
+    return x * 0.5 * (1.0 + mx.erf(x / np.sqrt(2.0).item()))
+
+
+def _two_outputs(x, y):
+    # Several ops, a Python scalar and two outputs in one fused kernel.
+    a = mx.sin(x) * y + 1.5
+    return mx.maximum(a, mx.exp(-mx.abs(x))) - y / 2.0, a
+
+
+_COMPILED = [
+    Case("compile: gelu (erf)", _gelu, FLOATS, ((64, 48),), GENERATED, compiled=True, quick=True),
+    Case("compile: 2 outputs, broadcast", _two_outputs, FLOATS, ((16, 24), (24,)), GENERATED,
+         compiled=True),
+]
+
+
+def _reduce(name, axis):
+    def call(x):
+        return getattr(mx, name)(x, axis=axis)
+    return call
+
+
+# The built-in kernels: (shape, axis) pairs cover the row kernel (last axis, all axes,
+# strided axes) and the column kernel (leading axes of a contiguous input).
+_REDUCE_SHAPES = (((7,), None), ((5, 33), 1), ((33, 5), 0), ((4, 6, 9), (0, 2)))
+_QUICK_REDUCE = {("sum", 1), ("max", 0), ("argmax", 1), ("softmax", -1), ("logsumexp", -1)}
+
+
+def _builtin_cases() -> list[Case]:
+    reduce = {"sum": NUMBERS + BOOLS, "prod": FLOATS, "max": NUMBERS, "min": NUMBERS,
+              "all": BOOLS + ("float32",), "any": BOOLS + ("float32",)}
+    cases = [Case(f"{name} axis={axis}", _reduce(name, axis), dtypes, (shape,), BUILTIN,
+                  (0.5, 1.5) if name == "prod" else (-4.0, 4.0),
+                  quick=(name, axis) in _QUICK_REDUCE)
+             for name, dtypes in reduce.items() for shape, axis in _REDUCE_SHAPES]
+    cases += [Case(f"{name} axis={axis}", _reduce(name, axis), NUMBERS, (shape,), BUILTIN,
+                   quick=(name, axis) in _QUICK_REDUCE)
+              for name in ("argmax", "argmin")
+              for shape, axis in (((7,), None), ((5, 33), 1), ((4, 6, 9), 0))]
+    cases += [Case(f"{name} axis={axis}", _reduce(name, axis), FLOATS, (shape,), BUILTIN,
+                   quick=(name, axis) in _QUICK_REDUCE and shape == (5, 33))
+              for name in ("softmax", "logsumexp")
+              for shape, axis in (((5, 33), -1), ((4, 6, 9), (0, 2)), ((3, 200), -1))]
+    return cases
+
+
+# Primitives without a Metal kernel yet: the explicit CPU fallback on unified memory.
+_FALLBACK = [
+    Case("matmul", lambda a, b: mx.matmul(a, b), ("float32", "float16"), ((8, 12), (12, 5)),
+         FALLBACK, quick=True),
+    Case("cumsum axis=1", lambda x: mx.cumsum(x, axis=1), ("float32", "int32"), ((6, 9),),
+         FALLBACK),
+    Case("sort axis=-1", lambda x: mx.sort(x, axis=-1), ("float32",), ((6, 9),), FALLBACK),
+]
+
+#: Every case of the self-test, in table order.
+CASES: list[Case] = _elementwise_cases() + _COMPILED + _builtin_cases() + _FALLBACK
+
+
+# -- enabling the backend -----------------------------------------------------------------------
+def enable(emulate: bool) -> str | None:
+    """Make the Metal backend usable in this process: with ``emulate``, through lazyx's
+    C++ shim; else on this machine's GPU, opting in with ``LAZYX_METAL=1``. Returns None,
+    or why the backend cannot run here (in words)."""
+    if emulate:
+        try:
+            metal.emulate_on_cpu(True)
+        except BackendError as exc:
+            return str(exc)
+        return None
+    if not metal.is_available():
+        return (f"the Metal GPU is unavailable: {metal.unavailable_reason()} Run with "
+                f"--emulate to check the kernels' MSL through lazyx's C++ shim on the CPU.")
+    # The backend is opt-in on a Mac (most primitives still fall back to the CPU): this
+    # process is the user asking for it.
+    os.environ["LAZYX_METAL"] = "1"
+    backend = registry.backends().get("metal")
+    if backend is not None and hasattr(backend, "forget_availability"):
+        backend.forget_availability()
+    return None
+
+
+# -- which path ran ---------------------------------------------------------------------------------
+def _counters() -> dict | None:
+    """The backend's counters this test reads, or None where one is missing (the path is
+    then reported as unknown)."""
+    try:
+        return {GENERATED: compiled.stats["contiguous"] + compiled.stats["strided"],
+                BUILTIN: metal.stats["builtin"], FALLBACK: metal.stats["cpu_fallback"]}
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def _path(before, after) -> str:
+    if before is None or after is None:
+        return UNKNOWN
+    ran = [p for p in (GENERATED, BUILTIN, FALLBACK) if after[p] > before[p]]
+    return " + ".join(ran) if ran else UNKNOWN
+
+
+# -- one row ---------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    kernel: str
+    dtype: str
+    shape: str
+    path: str = ""
+    error: str = ""
+    result: str = "pass"
+
+    @property
+    def failed(self) -> bool:
+        return self.result.startswith("FAIL")
+
+
+def _inputs(case: Case, dtype, gen) -> list:
+    data = [random_array(s, dtype, gen, *case.domain) for s in case.shapes]
+    if case.nonzero and dtype.kind != "b":
+        data[-1] = np.where(data[-1] == 0, 1, data[-1]).astype(dtype.np)
+    return [mx.array(d) for d in data]
+
+
+def _evaluate(fn, inputs, stream) -> list:
+    with mx.stream(stream):
+        out = fn(*inputs)
+        out = list(out) if isinstance(out, (tuple, list)) else [out]
+        mx.eval(out)
+    return out
+
+
+def _max_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute difference, NaN against NaN and equal infinities counting as 0."""
+    if got.size == 0:
+        return 0.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    diff = np.where(same, 0.0, np.abs(g - w))
+    return float(np.nan_to_num(diff, nan=np.inf).max())
+
+
+def _compare(got, want) -> tuple[float, str | None]:
+    """(max error over the outputs, why they differ or None)."""
+    if len(got) != len(want):
+        return float("inf"), f"{len(got)} outputs, the CPU gives {len(want)}"
+    worst = 0.0
+    for j, (g, w) in enumerate(zip(got, want)):
+        if g.dtype != w.dtype or g.shape != w.shape:
+            return float("inf"), (f"output {j} is {g.dtype}{list(g.shape)}, the CPU's "
+                                  f"{w.dtype}{list(w.shape)}")
+        gn, wn = np.array(g), np.array(w)
+        err = _max_error(gn, wn)
+        worst = max(worst, err)
+        rtol, atol = TOLERANCES.get(g.dtype.name, (0.0, 0.0))
+        close = np.isclose(gn.astype(np.float64), wn.astype(np.float64), rtol=rtol, atol=atol,
+                           equal_nan=True)
+        if not close.all():
+            at = tuple(int(i) for i in np.argwhere(~close)[0])
+            return worst, (f"output {j} differs at {at}: {gn[at]!r} on the GPU, {wn[at]!r} on "
+                           f"the CPU (rtol {rtol}, atol {atol})")
+    return worst, None
+
+
+def _brief(exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first[:150]}"
+
+
+def run_case(case: Case, dtype_name: str, seed: int = 0) -> Row:
+    """Run ``case`` for dtype ``dtype_name`` on the CPU and on the GPU; its table row."""
+    dtype = getattr(mx, "bool_" if dtype_name == "bool" else dtype_name)
+    row = Row(case.kernel, dtype_name, ", ".join("x".join(map(str, s)) or "()" for s in case.shapes))
+    inputs = _inputs(case, dtype, np.random.default_rng(seed))
+    mx.eval(inputs)
+    try:
+        want = _evaluate(case.reference or case.fn, inputs, mx.cpu)
+    except LazyxError as exc:
+        row.result = f"skipped (the CPU backend refuses it: {_brief(exc)})"
+        return row
+    gpu_fn = mx.compile(case.fn) if case.compiled else case.fn
+    before = _counters()
+    try:
+        got = _evaluate(gpu_fn, inputs, mx.gpu)
+    except KernelNotFoundError as exc:
+        if case.path == FALLBACK and read_variable("LAZYX_METAL_STRICT") == "1":
+            row.result = "skipped (LAZYX_METAL_STRICT=1 refuses CPU fallbacks)"
+        else:
+            row.result = f"FAIL ({_brief(exc)})"
+        return row
+    except Exception as exc:  # noqa: BLE001 - a kernel that raises is a failed row, not the end
+        row.result = f"FAIL ({_brief(exc)})"
+        return row
+    row.path = _path(before, _counters())
+    err, why = _compare(got, want)
+    row.error = f"{err:.3g}"
+    if why is not None:
+        row.result = f"FAIL ({why})"
+    elif case.path != FALLBACK and row.path != UNKNOWN and row.path != case.path:
+        row.result = f"FAIL (ran {row.path}, expected {case.path})"
+    return row
+
+
+# -- the table ---------------------------------------------------------------------------------------
+_COLUMNS = (("kernel", "kernel"), ("dtype", "dtype"), ("shape", "shape"), ("path", "path"),
+            ("max error", "error"), ("result", "result"))
+
+
+def _print_table(rows: list[Row], out) -> None:
+    widths = [max(len(title), *(len(getattr(r, attr)) for r in rows)) for title, attr in _COLUMNS[:-1]]
+    line = "  ".join(f"{title:{w}}" for (title, _), w in zip(_COLUMNS, widths)) + "  result"
+    print(line, file=out)
+    print("-" * len(line), file=out)
+    for r in rows:
+        cells = [getattr(r, attr) for _, attr in _COLUMNS[:-1]]
+        print("  ".join(f"{c:{w}}" for c, w in zip(cells, widths)) + "  " + r.result, file=out)
+
+
+def _where(emulate: bool) -> str:
+    if emulate:
+        return ("the CPU, through lazyx's MSL shim (--emulate): this checks the kernels' MSL, "
+                "not the GPU")
+    return f"the Metal GPU of this {platform.machine()} Mac (macOS {platform.mac_ver()[0]})"
+
+
+def main(argv=None, cases: list[Case] | None = None) -> int:
+    """Run the self-test; returns the exit status (0 pass, 1 a failure, 2 no Metal).
+
+    Args:
+        argv: the command line (default ``sys.argv[1:]``).
+        cases: the cases to run instead of :data:`CASES` (the hook tests use).
+    """
+    ap = argparse.ArgumentParser(prog="python -m lazyx.backends.metal.selftest",
+                                 description="Run every Metal kernel kind against the CPU backend.")
+    ap.add_argument("--emulate", action="store_true",
+                    help="run the Metal kernels on the CPU through lazyx's C++ shim (any machine "
+                         "with a C++ compiler): checks the MSL, not the GPU")
+    ap.add_argument("--quick", action="store_true", help="a reduced case list (a few of each kind)")
+    ap.add_argument("--only", default=None, metavar="TEXT",
+                    help="only the cases whose kernel name contains TEXT")
+    ap.add_argument("--seed", type=int, default=0, help="the inputs' random seed")
+    args = ap.parse_args(argv)
+
+    previous = metal.runtime.emulating()
+    reason = enable(args.emulate)
+    if reason is not None:
+        print(f"lazyx Metal self-test: not run: {reason}", file=sys.stderr)
+        return 2
+    chosen = CASES if cases is None else cases
+    chosen = [c for c in chosen if (not args.quick or c.quick or cases is not None)
+              and (args.only is None or args.only in c.kernel)]
+    print(f"lazyx Metal self-test: {len(chosen)} cases; Metal kernels run on {_where(args.emulate)}; "
+          f"each compared with the CPU backend on the same inputs.")
+    rows = []
+    try:
+        with mx.use_backend("gpu", "metal"):
+            for case in chosen:
+                for dtype_name in case.dtypes:
+                    rows.append(run_case(case, dtype_name, args.seed))
+    finally:
+        if args.emulate:
+            metal.emulate_on_cpu(previous)
+    _print_table(rows, sys.stdout)
+    failed = sum(r.failed for r in rows)
+    skipped = sum(r.result.startswith("skipped") for r in rows)
+    by_path = {p: sum(r.path == p for r in rows) for p in (GENERATED, BUILTIN, FALLBACK, UNKNOWN)}
+    print(f"\n{len(rows) - failed - skipped} passed, {failed} failed, {skipped} skipped; paths: "
+          + ", ".join(f"{p} {n}" for p, n in by_path.items() if n))
+    if args.emulate:
+        print("Emulated: no Metal API call ran; on a Mac run without --emulate to check the GPU.")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
