@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from lazyx.array import array
-from lazyx.backends.cpu.kernels.common import dtype_name
+from lazyx.dtypes import numpy_name as dtype_name
 
 _f32 = np.dtype(np.float32)
 _u16 = np.dtype(np.uint16)

@@ -12,16 +12,8 @@ _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _UINT8 = np.dtype(np.uint8)
 
-_DTYPE_NAMES: dict = {}
-
-
-def dtype_name(d) -> str:
-    """``d.name``, cached per dtype: NumPy builds the name anew on every access (~3 µs),
-    and kernels that pick their loop by dtype name look it up on every call."""
-    n = _DTYPE_NAMES.get(d)
-    if n is None:
-        n = _DTYPE_NAMES[d] = d.name
-    return n
+#: A NumPy dtype's name, cached (:func:`lazyx.dtypes.numpy_name`).
+dtype_name = _dt.numpy_name
 
 
 def bf16_as_float32(fn):

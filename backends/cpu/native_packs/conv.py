@@ -36,7 +36,7 @@ which accumulates them in complex / float32.
 from __future__ import annotations
 
 import numpy as np
-from lazyx.backends.cpu.kernels.common import dtype_name
+from lazyx.dtypes import numpy_name as dtype_name
 from lazyx.plugins.conv import Convolution
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))

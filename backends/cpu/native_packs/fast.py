@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyx.backends.cpu.kernels import fast as ref
-from lazyx.backends.cpu.kernels.common import dtype_name
+from lazyx.dtypes import numpy_name as dtype_name
 from lazyx.plugins import fast
 
 _u16 = np.dtype(np.uint16)

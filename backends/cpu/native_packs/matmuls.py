@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from lazyx.backends.cpu.kernels import matmuls as ref
-from lazyx.backends.cpu.kernels.common import dtype_name
+from lazyx.dtypes import numpy_name as dtype_name
 from lazyx.plugins import matmuls as mm
 
 _u16 = np.dtype(np.uint16)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from lazyx.backends.cpu.kernels.common import dtype_name
+from lazyx.dtypes import numpy_name as dtype_name
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
