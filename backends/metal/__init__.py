@@ -11,8 +11,10 @@ Where a node's kernel comes from (:meth:`MetalBackend.find_kernel`, once per
 primitive class), first match wins:
 
 1. a kernel a plugin registered for ``("metal", cls)`` (``lazyx_kernels``);
-2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: ``Reduce``, ``ArgReduce``,
-   ``Softmax``, ``LogSumExp``), its dispatches run by :func:`.runtime.dispatch`;
+2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: reductions, arg-reductions,
+   softmax, log-sum-exp, scans, random bits, sorts and partitions, gathers, scatters,
+   and the shape copies: concatenate, pad, slice updates, contiguous copies), its
+   dispatches run by :func:`.runtime.dispatch`;
 3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
    and every element-wise primitive that declares ``to_expression`` run MSL rendered
    from compile's IR (:mod:`lazyx.codegen.msl`), so ``compile`` fuses on Metal
@@ -28,9 +30,9 @@ primitive class), first match wins:
 
 float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
 :class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
-MLX refuses float64 on the GPU. Most primitives (matmul, indexing, scans, sorts,
-random ...) still fall back to the CPU, which is why the backend stays opt-in on a Mac
-(``LAZYX_METAL=1``).
+MLX refuses float64 on the GPU. Matmul, convolutions, the ``fast`` kernels, linear
+algebra and FFTs still fall back to the CPU, which is why the backend stays opt-in on a
+Mac (``LAZYX_METAL=1``).
 
 :func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
 available on any machine with a C++ compiler and runs every Metal kernel (generated,
@@ -168,14 +170,14 @@ class MetalBackend(Backend):
         if self._availability is None:
             ok, why = availability()
             if ok and not runtime.emulating() and read_variable("LAZYX_METAL") != "1":
-                # Element-wise ops, compile's fused kernels, reductions and softmax run MSL;
-                # the other primitives fall back to the CPU: the backend (and with it the
-                # GPU as default device) is opt-in.
+                # Matmul and the model kernels still fall back to the CPU: the backend (and
+                # with it the GPU as default device) is opt-in.
                 ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
-                                  "kernels, reductions, softmax and plugin-registered MSL "
-                                  "kernels on the GPU, and every other primitive (matmul, "
-                                  "indexing ...) through an explicit CPU fallback; set "
-                                  "LAZYX_METAL=1 to use it.")
+                                  "kernels, reductions, softmax, scans, sorts, random bits, "
+                                  "indexing and plugin-registered MSL kernels on the GPU, and "
+                                  "the rest (matmul, convolutions, the fast kernels ...) "
+                                  "through an explicit CPU fallback; set LAZYX_METAL=1 to "
+                                  "use it.")
             self._availability = (ok, why)
         return self._availability
 

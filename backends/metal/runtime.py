@@ -234,8 +234,11 @@ def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threa
     keep, copies = [], []
     for index, a in enumerate(buffers):
         if any(a is w for w in written):
-            # Outputs are C-contiguous new arrays: a buffer of their size, read back below.
-            buf = device.newBufferWithLength_options_(max(a.nbytes, 4), shared)
+            # Written arrays are C-contiguous: a buffer of their size holding their current
+            # bytes (a scatter's copy of its input, a concatenation's earlier blocks, an
+            # error flag's zero are read before they are written), read back below.
+            buf = device.newBufferWithBytes_length_options_(a.tobytes() or b"\0" * 4,
+                                                            max(a.nbytes, 4), shared)
             copies.append((buf, a))
             offset = 0
         else:

@@ -209,13 +209,66 @@ def _builtin_cases() -> list[Case]:
 _FALLBACK = [
     Case("matmul", lambda a, b: mx.matmul(a, b), ("float32", "float16"), ((8, 12), (12, 5)),
          FALLBACK, quick=True),
-    Case("cumsum axis=1", lambda x: mx.cumsum(x, axis=1), ("float32", "int32"), ((6, 9),),
-         FALLBACK),
-    Case("sort axis=-1", lambda x: mx.sort(x, axis=-1), ("float32",), ((6, 9),), FALLBACK),
 ]
 
 #: Every case of the self-test, in table order.
 CASES: list[Case] = _elementwise_cases() + _COMPILED + _builtin_cases() + _FALLBACK
+
+
+# Scans, random bits and sorts (kernels/scans.py, random.py, sorting.py): rows not a
+# multiple of 32, a strided axis. Metal's Partition and ArgPartition are the full sort (a
+# partition at every kth, see kernels/sorting.py), so the CPU's sort and argsort are
+# their references.
+CASES += [
+    *(Case(f"{name} axis={axis}", _reduce(name, axis), dtypes, ((6, 33),), BUILTIN,
+           (0.8, 1.2) if name == "cumprod" else (-4.0, 4.0), quick=(name, axis) == ("cumsum", 1))
+      for name, dtypes in (("cumsum", NUMBERS), ("cumprod", FLOATS), ("cummax", NUMBERS),
+                           ("logcumsumexp", FLOATS))
+      for axis in (0, 1)),
+    Case("cumsum reverse exclusive", lambda x: mx.cumsum(x, axis=1, reverse=True, inclusive=False),
+         ("float32", "int32"), ((6, 33),), BUILTIN),
+    Case("random split", lambda k: mx.random.split(k, 7), ("uint32",), ((2,),), BUILTIN,
+         (0.0, 100.0), quick=True),
+    Case("random split (batch of keys)", lambda k: mx.vmap(lambda kk: mx.random.split(kk, 5))(k),
+         ("uint32",), ((3, 2),), BUILTIN, (0.0, 100.0)),
+    *(Case(f"{name} axis={axis}", _reduce(name, axis), NUMBERS + BOOLS, (shape,), BUILTIN,
+           quick=(name, axis) == ("argsort", -1))
+      for name in ("sort", "argsort")
+      for shape, axis in (((6, 33), -1), ((33, 6), 0), ((7,), None))),
+    Case("partition kth=4", lambda x: mx.partition(x, 4, axis=-1), NUMBERS, ((6, 33),), BUILTIN,
+         reference=lambda x: mx.sort(x, axis=-1)),
+    Case("argpartition kth=4", lambda x: mx.argpartition(x, 4, axis=-1), NUMBERS, ((6, 33),),
+         BUILTIN, reference=lambda x: mx.argsort(x, axis=-1)),
+]
+
+
+def _assigned(x, v):
+    x[mx.array([1, -2, 1])] = v     # repeated positions: the last update wins
+    return x
+
+
+# Gathers, scatters and copies (kernels/indexing.py, shapes.py): negative and repeated
+# indices, slices beside index arrays, strided blocks.
+CASES += [
+    Case("take axis=0", lambda x: mx.take(x, mx.array([[0, -1], [3, 3]]), axis=0),
+         NUMBERS + BOOLS, ((6, 33),), BUILTIN, quick=True),
+    Case("gather x[idx, ::-2]", lambda x: x[mx.array([4, 0, -6]), ::-2], NUMBERS, ((6, 33),),
+         BUILTIN),
+    Case("take_along_axis", lambda x: mx.take_along_axis(x, mx.array([[32, 0, -1]]), axis=1),
+         NUMBERS + BOOLS, ((6, 33),), BUILTIN),
+    Case("scatter add (repeats)", lambda x, v: x.at[mx.array([1, 4, 1, -1])].add(v), NUMBERS,
+         ((6, 33), (4, 33)), BUILTIN, quick=True),
+    Case("scatter max (repeats)", lambda x, v: x.at[mx.array([1, 4, 1, -1])].maximum(v),
+         NUMBERS, ((6, 33), (4, 33)), BUILTIN),
+    Case("scatter assign (repeats)", _assigned, NUMBERS + BOOLS, ((6, 33), (3, 33)), BUILTIN),
+    Case("put_along_axis", lambda x, v: mx.put_along_axis(x, mx.array([[0, 5, 5]]), v, axis=0),
+         NUMBERS, ((6, 3), (1, 3)), BUILTIN),
+    Case("concatenate axis=1", lambda x, y: mx.concatenate([x, y], axis=1),
+         NUMBERS + BOOLS, ((6, 33), (6, 5)), BUILTIN),
+    Case("pad", lambda x: mx.pad(x, ((1, 2), (0, 3))), NUMBERS, ((6, 33),), BUILTIN),
+    Case("slice_update", lambda x, u: mx.slice_update(x, u, mx.array([2, 7]), (0, 1)), NUMBERS,
+         ((6, 33), (3, 9)), BUILTIN),
+]
 
 
 # -- enabling the backend -----------------------------------------------------------------------

@@ -249,8 +249,11 @@ def test_unsupported_dtypes_name_the_kernel_and_the_dtypes_it_has():
 
 def test_the_table_and_the_libraries():
     assert kernels.KERNELS[rd.Reduce] is reductions.reduce
-    assert set(kernels.KERNELS) == {rd.Reduce, rd.ArgReduce, rd.LogSumExp, pr.Softmax}
+    assert {rd.Reduce, rd.ArgReduce, rd.LogSumExp, pr.Softmax} <= set(kernels.KERNELS)
     for library in kernels.LIBRARIES:
         # Templates instantiated from tables: one kernel text per kind, whatever the dtype.
-        assert library.source.count("[[kernel]] void") <= 3
-        assert "float16" in library.source and "bfloat16" in library.source
+        assert library.source.count("[[kernel]] void") <= 4
+        # (shapes' copies move bytes: one instantiation per element size, no dtype names;
+        # random bits hash uint32 keys into bytes: one kernel, no dtype.)
+        assert library.name in ("shapes", "random") or ("float16" in library.source
+                                                        and "bfloat16" in library.source)

@@ -19,12 +19,22 @@ is built from it (``lazyx.backends.metal``).
 | ``Reduce`` | reductions | rows (any axes, strided), columns (leading axes, contiguous) |
 | ``ArgReduce`` | reductions | rows |
 | ``Softmax``, ``LogSumExp`` | softmax | rows (any axes, strided) |
+| ``Scan`` | scans | rows (any axis, strided; SIMD prefix scans, chunked along long rows) |
+| ``RandomBits`` | random | Threefry-2x32, the CPU's counters (any key batch, any width) |
+| ``Sort``, ``ArgSort``, ``(Arg)Partition`` | sorting | bitonic blocks (2048), merge passes |
+| ``Gather``, ``GatherAxis`` | indexing | one thread per element, bounds-checked indices |
+| ``Scatter``, ``ScatterAxis`` | indexing | owner election (atomics), ordered folds of repeats |
+| ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
 from lazyx.plugins import products as _products
 from lazyx.plugins import reductions as _reductions
+from lazyx.plugins import random as _random
+from lazyx.plugins import sorting as _sorting
 
 from . import reductions, softmax
+from . import random, scans, sorting
+from . import indexing, shapes
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -35,7 +45,16 @@ KERNELS = {
     _reductions.ArgReduce: reductions.arg_reduce,
     _reductions.LogSumExp: softmax.logsumexp,
     _products.Softmax: softmax.softmax,
+    _reductions.Scan: scans.scan,
+    _random.RandomBits: random.random_bits,
+    _sorting.Sort: sorting.sort,
+    _sorting.ArgSort: sorting.argsort,
+    _sorting.Partition: sorting.partition,
+    _sorting.ArgPartition: sorting.argpartition,
+    **indexing.KERNELS,   # Gather(Axis), Scatter(Axis), SliceUpdate
+    **shapes.KERNELS,     # Concatenate, Pad, Contiguous, ...: the shapes pack's copies
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
-LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY)
+LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
+             indexing.LIBRARY, shapes.LIBRARY)
