@@ -49,7 +49,7 @@ def test_kernels_says_who_provides_each_kernel():
 
 
 def test_the_kernels_command():
-    r = subprocess.run([sys.executable, "-m", "lazyx", "kernels", "Add", "Softmax", "Matmul",
+    r = subprocess.run([sys.executable, "-m", "lazyx", "kernels", "Add", "Softmax", "Inverse",
                         "--backend", "metal"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     # Metal generates element-wise kernels (lazyx.backends.metal.compiled), has built-in
@@ -57,7 +57,7 @@ def test_the_kernels_command():
     assert r.stdout.splitlines() == [
         f"Add ({registry.plugins['elementwise'].label}):", "  metal: backend 'metal'",
         f"Softmax ({registry.plugins['products'].label}):", "  metal: backend 'metal'",
-        f"Matmul ({registry.plugins['products'].label}):",
+        f"Inverse ({registry.plugins['linalg'].label}):",
         "  metal: CPU fallback (the CPU backend's kernel, on unified memory)"]
 
 

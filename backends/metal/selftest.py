@@ -207,12 +207,26 @@ def _builtin_cases() -> list[Case]:
 
 # Primitives without a Metal kernel yet: the explicit CPU fallback on unified memory.
 _FALLBACK = [
-    Case("matmul", lambda a, b: mx.matmul(a, b), ("float32", "float16"), ((8, 12), (12, 5)),
-         FALLBACK, quick=True),
+    Case("linalg.inv", lambda a: mx.linalg.inv(a), ("float32",), ((6, 6),), FALLBACK, quick=True),
+]
+
+# Matrix products (kernels/products.py): sizes not multiples of the 32 x 32 tile, a batch
+# broadcast against one matrix, vectors, addmm with alpha and beta. (A transposed operand
+# is a Transpose node, a CPU-fallback view here: tests/backends/test_metal_products.py.)
+_PRODUCTS = [
+    Case("matmul", lambda a, b: mx.matmul(a, b), FLOATS, ((8, 12), (12, 5)), BUILTIN, quick=True),
+    Case("matmul 33x40 @ 40x17", lambda a, b: mx.matmul(a, b), FLOATS, ((33, 40), (40, 17)),
+         BUILTIN),
+    Case("matmul batch broadcast", lambda a, b: mx.matmul(a, b), ("float32",),
+         ((2, 1, 5, 9), (3, 9, 4)), BUILTIN),
+    Case("matmul vector @ matrix", lambda a, b: mx.matmul(a, b), ("float32",), ((9,), (9, 7)),
+         BUILTIN),
+    Case("addmm alpha=2 beta=-0.5", lambda c, a, b: mx.addmm(c, a, b, alpha=2.0, beta=-0.5),
+         FLOATS, ((7,), (6, 10), (10, 7)), BUILTIN, quick=True),
 ]
 
 #: Every case of the self-test, in table order.
-CASES: list[Case] = _elementwise_cases() + _COMPILED + _builtin_cases() + _FALLBACK
+CASES: list[Case] = _elementwise_cases() + _COMPILED + _builtin_cases() + _PRODUCTS + _FALLBACK
 
 
 # Scans, random bits and sorts (kernels/scans.py, random.py, sorting.py): rows not a

@@ -226,18 +226,18 @@ def test_mlp_forward_and_loss_on_the_gpu_stream_equal_the_cpu_backend(on_metal):
     ref = _mlp_ref(*arrays)
     got = _run(_mlp, arrays, mx.gpu)
     _check_mlp(got, cpu, ref)
-    # Matmul falls back to the CPU (counted); Reduce (sum, mean), LogSumExp, Softmax and
-    # ArgReduce ran built-in kernels; the element-wise ops generated ones.
-    assert on_metal["cpu_fallback_by_primitive"] == {"Matmul": 2}
-    assert on_metal["cpu_fallback"] == 2 and on_metal["builtin"] == 5
+    # Matmul (twice), Reduce (sum, mean), LogSumExp, Softmax and ArgReduce ran built-in
+    # kernels; the element-wise ops generated ones; nothing fell back to the CPU.
+    assert on_metal["cpu_fallback_by_primitive"] == {}
+    assert on_metal["cpu_fallback"] == 0 and on_metal["builtin"] == 7
     assert len(compiled.runner().launches) >= 4
     # The same under compile: element-wise runs fuse, the rest run as above.
     _reset_stats()
     fused = _run(mx.compile(_mlp), arrays, mx.gpu)
     _check_mlp(fused, cpu, ref)
     # (compile's mean divides by a NumberOfElements node, which has no Metal kernel.)
-    assert on_metal["cpu_fallback_by_primitive"] == {"Matmul": 2, "NumberOfElements": 1}
-    assert on_metal["builtin"] == 5
+    assert on_metal["cpu_fallback_by_primitive"] == {"NumberOfElements": 1}
+    assert on_metal["builtin"] == 7
 
 
 def test_the_mlp_through_the_runtimes_gpu_path_on_a_fake_metal_api(on_fake_gpu):
@@ -245,7 +245,7 @@ def test_the_mlp_through_the_runtimes_gpu_path_on_a_fake_metal_api(on_fake_gpu):
     arrays = _mlp_inputs()
     got = _run(_mlp, arrays, mx.gpu)
     _check_mlp(got, _run(_mlp, arrays, mx.cpu), _mlp_ref(*arrays))
-    assert metal.stats["builtin"] == 5 and metal.stats["cpu_fallback"] == 2
+    assert metal.stats["builtin"] == 7 and metal.stats["cpu_fallback"] == 0
     dispatches = [c for c in log if c[0] == "dispatchThreads"]
     # Built-in row kernels: one threadgroup of 32 threads per row of 10 (softmax,
     # logsumexp, sum, argmax), the mean's reduction of 12 in one row; the generated
@@ -253,6 +253,8 @@ def test_the_mlp_through_the_runtimes_gpu_path_on_a_fake_metal_api(on_fake_gpu):
     assert ("dispatchThreads", (32, 12, 1), (32, 1, 1)) in dispatches
     assert ("dispatchThreads", (32, 1, 1), (32, 1, 1)) in dispatches
     assert ("dispatchThreads", (12 * 48, 1, 1), (12 * 48, 1, 1)) in dispatches
+    # The matmuls: one threadgroup of 16 x 16 threads per 32 x 32 output tile (12 x 48: 2).
+    assert ("dispatchThreads", (32, 16, 1), (16, 16, 1)) in dispatches
     # Scalars and layouts go by setBytes; an input larger than 4 KB by a buffer.
     assert any(c[0] == "setBytes" for c in log) and any(c[0] == "setBuffer" for c in log)
 
@@ -373,35 +375,36 @@ def test_a_dtype_the_built_in_kernel_lacks_falls_back_to_the_cpu_counted(on_meta
 
 # -- the fallback: listed, counted, refused when strict -------------------------------------
 def test_the_cli_lists_the_cpu_fallbacks(on_metal):
-    data = cli.kernels_data(["Matmul", "Softmax", "Add"], ["metal"])
+    data = cli.kernels_data(["Inverse", "Softmax", "Add", "Matmul"], ["metal"])
     providers = {p["name"]: p["kernels"]["metal"]["provider"] for p in data["primitives"]}
-    assert providers == {"Matmul": metal.CPU_FALLBACK, "Softmax": "backend 'metal'",
-                         "Add": "backend 'metal'"}
+    assert providers == {"Inverse": metal.CPU_FALLBACK, "Softmax": "backend 'metal'",
+                         "Add": "backend 'metal'", "Matmul": "backend 'metal'"}
     assert mx.kernel_provider("metal", "Slice") == metal.CPU_FALLBACK   # a view: no kernel
     info = cli.info_data()
     fallbacks = info["fallback_kernels"]["metal"]
-    assert {"Matmul", "Slice", "Transpose"} <= set(fallbacks)
+    assert {"Inverse", "Slice", "Transpose"} <= set(fallbacks)
     assert not {"Reduce", "ArgReduce", "Softmax", "LogSumExp", "Add", "Compiled",
-                "Gather", "Scatter", "Concatenate"} & set(fallbacks)
-    assert "metal" not in info["missing_kernels"] or "Matmul" not in info["missing_kernels"]["metal"]
+                "Gather", "Scatter", "Concatenate", "Matmul", "AddMM"} & set(fallbacks)
+    assert "Inverse" not in info["missing_kernels"].get("metal", ())
     out = io.StringIO()
     cli.info(out)
     lines = out.getvalue().splitlines()
     at = lines.index("CPU fallbacks (the CPU backend's kernel runs on the device's memory):")
-    assert lines[at + 1].startswith(f"  metal: {len(fallbacks)} of ") and " Matmul " in lines[at + 1]
+    assert lines[at + 1].startswith(f"  metal: {len(fallbacks)} of ")
+    assert " Inverse " in lines[at + 1]
     # Not when nothing falls back: the CPU backends list none.
     assert "cpu" not in info["fallback_kernels"]
 
 
 def test_strict_mode_refuses_a_fallback_naming_the_primitive(on_metal, monkeypatch):
     a = mx.array(random_array((4, 5), mx.float32, rng(24)))
-    b = mx.array(random_array((5, 3), mx.float32, rng(25)))
+    b = mx.array(random_array((5, 5), mx.float32, rng(25)) + 8 * np.eye(5, dtype=np.float32))
     kept = mx.sum(a, axis=1, stream=mx.gpu)
     mx.eval(kept)
     monkeypatch.setenv("LAZYX_METAL_STRICT", "1")
-    with pytest.raises(KernelNotFoundError, match=r"^Matmul has no Metal kernel for inputs of "
-                       r"dtypes float32, float32, and LAZYX_METAL_STRICT=1 refuses its CPU fallback"):
-        mx.eval(mx.matmul(a, b, stream=mx.gpu))
+    with pytest.raises(KernelNotFoundError, match=r"^Inverse has no Metal kernel for inputs of "
+                       r"dtypes float32, and LAZYX_METAL_STRICT=1 refuses its CPU fallback"):
+        mx.eval(mx.linalg.inv(b, stream=mx.gpu))
     assert on_metal["cpu_fallback"] == 0
     # Built-in and generated kernels still run; what was computed stays valid.
     probs = np.asarray(mx.softmax(a, axis=-1, stream=mx.gpu))
@@ -413,10 +416,10 @@ def test_strict_mode_refuses_a_fallback_naming_the_primitive(on_metal, monkeypat
     # Another value is a warning, and the fallback runs.
     monkeypatch.setenv("LAZYX_METAL_STRICT", "sometimes")
     with pytest.warns(RuntimeWarning, match="LAZYX_METAL_STRICT='sometimes' is not accepted"):
-        got = mx.matmul(a, b, stream=mx.gpu)
+        got = mx.linalg.inv(b, stream=mx.gpu)
         mx.eval(got)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(a) @ np.asarray(b), rtol=1e-6)
-    assert on_metal["cpu_fallback_by_primitive"] == {"Matmul": 1}
+    np.testing.assert_allclose(np.asarray(got) @ np.asarray(b), np.eye(5), atol=1e-5)
+    assert on_metal["cpu_fallback_by_primitive"] == {"Inverse": 1}
 
 
 # -- bad input ---------------------------------------------------------------------------

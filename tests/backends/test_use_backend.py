@@ -59,11 +59,12 @@ def test_environment_variable_chooses_the_backend():
 
 def test_kernel_provider_says_who_serves_a_primitive():
     assert kernel_provider("cpu-reference", Add) == "backend 'cpu-reference'"
-    # Metal generates element-wise kernels (Add), has built-in reductions, and runs
-    # primitives it has no kernel for (Matmul) through an explicit CPU fallback.
+    # Metal generates element-wise kernels (Add), has built-in reductions and matmuls, and
+    # runs primitives it has no kernel for (Inverse) through an explicit CPU fallback.
     assert kernel_provider("metal", Add) == "backend 'metal'"
     assert kernel_provider("metal", "Reduce") == "backend 'metal'"
-    assert kernel_provider("metal", "Matmul").startswith("CPU fallback")
+    assert kernel_provider("metal", "Matmul") == "backend 'metal'"
+    assert kernel_provider("metal", "Inverse").startswith("CPU fallback")
 
 
 def test_metal_reports_why_it_is_unavailable():

@@ -18,6 +18,7 @@ is built from it (``lazyx.backends.metal``).
 | --- | --- | --- |
 | ``Reduce`` | reductions | rows (any axes, strided), columns (leading axes, contiguous) |
 | ``ArgReduce`` | reductions | rows |
+| ``Matmul``, ``AddMM`` | products | 32 x 32 output tiles in threadgroup memory, K steps of 16, batched and transposed by strides |
 | ``Softmax``, ``LogSumExp`` | softmax | rows (any axes, strided) |
 | ``Scan`` | scans | rows (any axis, strided; SIMD prefix scans, chunked along long rows) |
 | ``RandomBits`` | random | Threefry-2x32, the CPU's counters (any key batch, any width) |
@@ -32,7 +33,7 @@ from lazyx.plugins import reductions as _reductions
 from lazyx.plugins import random as _random
 from lazyx.plugins import sorting as _sorting
 
-from . import reductions, softmax
+from . import products, reductions, softmax
 from . import random, scans, sorting
 from . import indexing, shapes
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
@@ -45,6 +46,8 @@ KERNELS = {
     _reductions.ArgReduce: reductions.arg_reduce,
     _reductions.LogSumExp: softmax.logsumexp,
     _products.Softmax: softmax.softmax,
+    _products.Matmul: products.matmul,
+    _products.AddMM: products.addmm,
     _reductions.Scan: scans.scan,
     _random.RandomBits: random.random_bits,
     _sorting.Sort: sorting.sort,
@@ -57,4 +60,4 @@ KERNELS = {
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
 LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
-             indexing.LIBRARY, shapes.LIBRARY)
+             indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY)

@@ -1,0 +1,208 @@
+"""Metal kernels of the products pack's matrix products: ``Matmul`` and ``AddMM``.
+
+One MSL library, one kernel template (``matmul<T, U, add_c>``) instantiated per dtype
+from :data:`DTYPES` and per kind (``matmul_<dtype>``: ``a @ b``; ``addmm_<dtype>``:
+``alpha * (a @ b) + beta * c``); no kernel text per dtype.
+
+The kernel tiles the output: one threadgroup of 16 x 16 threads per 32 x 32 tile of
+one matrix of the batch (``threadgroup_position_in_grid``: x the tile column, y the
+tile row, z the batch position). It walks K in steps of 16: the threads copy a 32 x 16
+block of ``a`` and a 16 x 32 block of ``b`` into threadgroup memory (converted to the
+float accumulator; zeros past M, N or K, so any size works), wait at a barrier, and
+each thread adds the block's products into its 2 x 2 register block (rows
+``ty, ty + 16``, columns ``tx, tx + 16``: neighbouring threads read neighbouring
+columns of ``b``'s block). The epilogue scales by ``alpha``, adds ``beta * c``
+(``addmm`` only) and rounds once to the output dtype.
+
+Layouts are strides, never copies: each operand is read through ``(rows, columns)``
+strides in elements (a transposed view is its strides swapped), a 1-D ``a`` is a
+1 x K row, a 1-D ``b`` a K x 1 column, and the batch dimensions of ``a``, ``b`` and
+``c`` broadcast through stride-0 batch strides (:func:`.common.row_layout`'s
+collapse: size-1 dimensions dropped, neighbouring ones merged). ``c`` broadcasts to
+the output the same way. The output is C-contiguous.
+
+The numerics of the CPU kernels (``backends/cpu/kernels/products.py``): float16 and
+bfloat16 accumulate in float and round once; ``alpha`` scales the float product, then
+``beta * c`` is added in float; ``beta == 0`` ignores ``c`` (its NaNs do not leak, as
+BLAS's gemm), so it runs the ``matmul`` kernel; ``K == 0`` gives zeros (or
+``beta * c``). The primitives take only inexact dtypes; complex64 and float64 have no
+Metal version (:class:`.common.UnsupportedDtype`, then the CPU's kernel).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyx import dtypes as ldt
+
+from .common import (PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type,
+                     unsupported)
+
+__all__ = ["matmul", "addmm", "LIBRARY", "DTYPES", "TILE", "THREADS"]
+
+#: Output tile (rows = columns) of one threadgroup, and its threads per side.
+TILE, THREADS = 32, 16
+
+_SOURCE = PRELUDE + r"""
+// Output tile TM x TN per threadgroup of RT x RT threads (each a (TM/RT) x (TN/RT) block),
+// K in steps of TK. Tiles are padded by one column against bank conflicts.
+static constant constexpr const int TM = 32, TN = 32, TK = 16, RT = 16;
+static constant constexpr const int BM = TM / RT, BN = TN / RT;
+
+// out[z] = alpha * (a[z] @ b[z]) (+ beta * c[z]) for the batch position z = group.z.
+// a: rows M, columns K; b: rows K, columns N; c: M x N; all through strides (elements).
+template <typename T, typename U, bool add_c>
+[[kernel]] void matmul(
+    device const T* a [[buffer(0)]], device T* out [[buffer(1)]],
+    device const T* b [[buffer(2)]], device const T* c [[buffer(3)]],
+    constant int* mnk [[buffer(4)]],
+    constant int64_t* a_strides [[buffer(5)]], constant int64_t* b_strides [[buffer(6)]],
+    constant int64_t* c_strides [[buffer(7)]],
+    constant int* batch_shape [[buffer(8)]], constant int64_t* a_batch [[buffer(9)]],
+    constant int64_t* b_batch [[buffer(10)]], constant int64_t* c_batch [[buffer(11)]],
+    constant int& batch_ndim [[buffer(12)]], constant float* scale [[buffer(13)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
+  threadgroup U a_tile[TM][TK + 1];
+  threadgroup U b_tile[TK][TN + 1];
+  const int M = mnk[0], N = mnk[1], K = mnk[2];
+  const int t = int(lid.y) * RT + int(lid.x);
+  const int row0 = int(group.y) * TM, col0 = int(group.x) * TN;
+  device const T* A = a + elem_to_loc(group.z, batch_shape, a_batch, batch_ndim);
+  device const T* B = b + elem_to_loc(group.z, batch_shape, b_batch, batch_ndim);
+  U acc[BM][BN];
+  for (int i = 0; i < BM; ++i)
+    for (int j = 0; j < BN; ++j) acc[i][j] = U(0);
+
+  for (int k0 = 0; k0 < K; k0 += TK) {
+    // Stage the blocks; zeros outside the matrices, so the loop below needs no bounds.
+    for (int e = t; e < TM * TK; e += RT * RT) {
+      int r = e / TK, k = k0 + e % TK, m = row0 + r;
+      a_tile[r][e % TK] = (m < M && k < K)
+          ? U(A[int64_t(m) * a_strides[0] + int64_t(k) * a_strides[1]]) : U(0);
+    }
+    for (int e = t; e < TK * TN; e += RT * RT) {
+      int r = e / TN, k = k0 + r, n = col0 + e % TN;
+      b_tile[r][e % TN] = (k < K && n < N)
+          ? U(B[int64_t(k) * b_strides[0] + int64_t(n) * b_strides[1]]) : U(0);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // The inner product. On a Mac this is where simdgroup matrices go: each of the 8
+    // simdgroups owns an 8 x 16 strip of the tile as two simdgroup_float8x8
+    // accumulators, simdgroup_load()s 8 x 8 pieces of a_tile and b_tile per 8 of TK and
+    // calls simdgroup_multiply_accumulate; the epilogue simdgroup_store()s the strip to
+    // threadgroup memory and writes it out as below. The shim cannot emulate them, so
+    // the version checked here is this scalar register block.
+    for (int k = 0; k < TK; ++k) {
+      U x[BM], y[BN];
+      for (int i = 0; i < BM; ++i) x[i] = a_tile[int(lid.y) + i * RT][k];
+      for (int j = 0; j < BN; ++j) y[j] = b_tile[k][int(lid.x) + j * RT];
+      for (int i = 0; i < BM; ++i)
+        for (int j = 0; j < BN; ++j) acc[i][j] += x[i] * y[j];
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);   // the tiles are free again
+  }
+
+  const U alpha = U(scale[0]), beta = U(scale[1]);
+  device T* O = out + int64_t(group.z) * int64_t(M) * int64_t(N);
+  device const T* C = c + (add_c ? elem_to_loc(group.z, batch_shape, c_batch, batch_ndim) : 0);
+  for (int i = 0; i < BM; ++i) {
+    int m = row0 + int(lid.y) + i * RT;
+    for (int j = 0; j < BN; ++j) {
+      int n = col0 + int(lid.x) + j * RT;
+      if (m >= M || n >= N) continue;
+      U v = acc[i][j] * alpha;
+      if (add_c) v += beta * U(C[int64_t(m) * c_strides[0] + int64_t(n) * c_strides[1]]);
+      O[int64_t(m) * N + n] = T(v);
+    }
+  }
+}
+"""
+
+#: The dtypes the kernels have versions for (float64 has no Metal type; complex64 none here).
+DTYPES = (ldt.float32, ldt.float16, ldt.bfloat16)
+
+LIBRARY = Library("products", _SOURCE + "\n" + "".join(
+    instantiate(f"{kind}_{d.name}", "matmul", msl_type(d), "float", add_c)
+    for kind, add_c in (("matmul", "false"), ("addmm", "true")) for d in DTYPES))
+
+
+def _strides(x: np.ndarray, ndim: int) -> list:
+    """``x``'s strides in elements, right-aligned to ``ndim`` dimensions: 0 along a missing
+    or size-1 dimension (where it broadcasts)."""
+    st = [0 if n == 1 else s // x.itemsize for n, s in zip(x.shape, x.strides)]
+    return [0] * (ndim - x.ndim) + st
+
+
+def _operand(x: np.ndarray, batch_ndim: int, vector_at: int) -> tuple:
+    """``(batch strides, matrix strides)`` of operand ``x`` as a stack of matrices; a 1-D
+    ``x`` gets a stride-0 matrix dimension at ``vector_at`` (0: a row, 1: a column)."""
+    if x.ndim == 1:
+        st = _strides(x, 1)
+        st.insert(vector_at, 0)
+        return [0] * batch_ndim, st
+    st = _strides(x, batch_ndim + 2)
+    return st[:-2], st[-2:]
+
+
+def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
+    """``alpha * (a @ b) (+ beta * c)`` of output ``shape`` through kernel ``addmm_<dtype>``,
+    or ``matmul_<dtype>`` when ``c`` is None."""
+    a, b = bindable(a), bindable(b)
+    d = ldt.from_numpy(a.dtype)
+    if d not in DTYPES:
+        raise unsupported(op, d, DTYPES)
+    out = np.empty(shape, a.dtype)
+    if out.size == 0:
+        return out
+    M = a.shape[-2] if a.ndim > 1 else 1
+    N = b.shape[-1] if b.ndim > 1 else 1
+    K = a.shape[-1]
+    batch = shape[:len(shape) - (a.ndim > 1) - (b.ndim > 1)]
+    nb = len(batch)
+    kernel = "matmul" if c is None else "addmm"
+    a_batch, a_mat = _operand(a, nb, 0)
+    b_batch, b_mat = _operand(b, nb, 1)
+    if c is None:
+        # Nothing to read: one element stands in (Metal has no zero-length buffers).
+        c, c_batch, c_mat = np.zeros(1, a.dtype), [0] * nb, [0, 0]
+    else:
+        c = bindable(c)
+        st = _strides(c, len(shape))
+        if b.ndim == 1:
+            st.append(0)
+        if a.ndim == 1:
+            st.insert(len(st) - 1, 0)
+        c_batch, c_mat = st[:-2], st[-2:]
+    if K == 0:   # nothing to read from a and b: a stand-in each, as for c
+        a = b = np.zeros(1, a.dtype)
+    dims, (a_batch, b_batch, c_batch) = _collapse(batch, a_batch, b_batch, c_batch)
+    tiles = (math.ceil(N / TILE), math.ceil(M / TILE))
+    run(Dispatch(LIBRARY, f"{kernel}_{d.name}", [
+        a, out, b, c, np.array([M, N, K], np.int32),
+        np.array(a_mat, np.int64), np.array(b_mat, np.int64), np.array(c_mat, np.int64),
+        np.array(dims or [1], np.int32), np.array(a_batch or [0], np.int64),
+        np.array(b_batch or [0], np.int64), np.array(c_batch or [0], np.int64),
+        np.array([len(dims)], np.int32), np.array([alpha, beta], np.float32)],
+        (tiles[0] * THREADS, tiles[1] * THREADS, math.prod(batch)), (THREADS, THREADS, 1)))
+    return out
+
+
+def matmul(primitive, inputs, run):
+    """``Matmul`` (NumPy's ``matmul``: 1-D operands, broadcast batches) on Metal: the output."""
+    a, b = inputs
+    return _product("matmul", _shape(primitive, inputs), a, b, None, 1.0, 0.0, run)
+
+
+def addmm(primitive, inputs, run):
+    """``AddMM`` (``alpha * (a @ b) + beta * c``; inputs ``(c, a, b)``) on Metal: the output.
+    ``beta == 0`` ignores ``c`` (NaNs included), as the CPU's kernel and BLAS do."""
+    c, a, b = inputs
+    beta = float(primitive.beta)
+    return _product("addmm", _shape(primitive, inputs), a, b, None if beta == 0.0 else c,
+                    float(primitive.alpha), beta, run)
+
+
+def _shape(primitive, inputs) -> tuple:
+    return tuple(primitive.output_shapes(inputs)[0])
