@@ -13,7 +13,8 @@ primitive class), first match wins:
 1. a kernel a plugin registered for ``("metal", cls)`` (``lazyx_kernels``);
 2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: reductions, arg-reductions,
    matrix products (matmul, addmm), softmax, log-sum-exp, scans, random bits, sorts and partitions, gathers, scatters,
-   and the shape copies: concatenate, pad, slice updates, contiguous copies), its
+   and the shape copies: concatenate, pad, slice updates, contiguous copies, and the ``fast``
+   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy), its
    dispatches run by :func:`.runtime.dispatch`;
 3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
    and every element-wise primitive that declares ``to_expression`` run MSL rendered
@@ -30,8 +31,8 @@ primitive class), first match wins:
 
 float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
 :class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
-MLX refuses float64 on the GPU. Convolutions, the ``fast`` kernels, linear algebra and
-FFTs still fall back to the CPU, which is why the backend stays opt-in on a
+MLX refuses float64 on the GPU. Convolutions, the ``fast`` pack's backward kernels, linear
+algebra and FFTs still fall back to the CPU, which is why the backend stays opt-in on a
 Mac (``LAZYX_METAL=1``).
 
 :func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
@@ -174,8 +175,10 @@ class MetalBackend(Backend):
                 # (and with it the GPU as default device) is opt-in.
                 ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
                                   "kernels, reductions, matmul, softmax, scans, sorts, random "
-                                  "bits, indexing and plugin-registered MSL kernels on the GPU, "
-                                  "and the rest (convolutions, the fast kernels, linalg ...) "
+                                  "bits, indexing, the fast pack's forwards (norms, RoPE, "
+                                  "attention, cross-entropy) and plugin-registered MSL kernels "
+                                  "on the GPU, and the rest (convolutions, the fast backward "
+                                  "kernels, linalg ...) "
                                   "through an explicit CPU fallback; set LAZYX_METAL=1 to "
                                   "use it.")
             self._availability = (ok, why)
@@ -191,7 +194,8 @@ class MetalBackend(Backend):
         where = "emulated on the CPU through lazyx's C++ shim" if runtime.emulating() else \
             "checked on the CPU through lazyx's C++ shim"
         return (f"built-in MSL kernels (products, reductions, softmax, scans, sorts, random "
-                f"bits, indexing, copies), generated element-wise MSL kernels and plugins' "
+                f"bits, indexing, copies, fast norms, RoPE, attention, cross-entropy), "
+                f"generated element-wise MSL kernels and plugins' "
                 f"MSL kernels, other primitives as CPU fallbacks; {where}")
 
     def load_kernels(self) -> dict:

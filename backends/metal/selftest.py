@@ -285,6 +285,33 @@ CASES += [
 ]
 
 
+# The fast pack's forwards (kernels/fast.py): rows past a simdgroup, grouped-query heads, a
+# causal mask with sinks, a boolean mask (a 4-d constant: no reshape node), wrapped targets.
+_SDPA_MASK = np.arange(5 * 6).reshape(1, 1, 5, 6) % 3 != 0
+CASES += [
+    Case("fast.rms_norm", lambda x, w: mx.fast.rms_norm(x, w, 1e-5), FLOATS, ((6, 40), (40,)),
+         BUILTIN, quick=True),
+    Case("fast.layer_norm", lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5), FLOATS,
+         ((6, 40), (40,), (40,)), BUILTIN),
+    Case("fast.rope", lambda x: mx.fast.rope(x, 6, traditional=False, base=10000.0, scale=1.0,
+                                             offset=3), FLOATS, ((2, 3, 5, 8),), BUILTIN,
+         quick=True),
+    Case("fast.rope traditional", lambda x: mx.fast.rope(x, 8, traditional=True, base=500.0,
+                                                         scale=0.5, offset=1),
+         FLOATS, ((2, 3, 5, 8),), BUILTIN),
+    Case("fast.sdpa causal sinks (GQA)",
+         lambda q, k, v, s: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.4,
+                                                                 mask="causal", sinks=s),
+         FLOATS, ((1, 4, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), (4,)), BUILTIN, quick=True),
+    Case("fast.sdpa bool mask",
+         lambda q, k, v: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.4,
+                                                              mask=mx.array(_SDPA_MASK)),
+         FLOATS, ((1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8)), BUILTIN),
+    Case("fast.cross_entropy", lambda x: mx.fast.cross_entropy(x, mx.array([3, -1, 12, 0])),
+         FLOATS, ((4, 11),), BUILTIN),
+]
+
+
 # -- enabling the backend -----------------------------------------------------------------------
 def enable(emulate: bool) -> str | None:
     """Make the Metal backend usable in this process: with ``emulate``, through lazyx's

@@ -25,9 +25,11 @@ is built from it (``lazyx.backends.metal``).
 | ``Sort``, ``ArgSort``, ``(Arg)Partition`` | sorting | bitonic blocks (2048), merge passes |
 | ``Gather``, ``GatherAxis`` | indexing | one thread per element, bounds-checked indices |
 | ``Scatter``, ``ScatterAxis`` | indexing | owner election (atomics), ordered folds of repeats |
+| ``RMSNorm``, ``LayerNorm``, ``RoPE``, ``ScaledDotProductAttention``, ``CrossEntropy`` | fast | norm rows, a thread per rotated pair, online-softmax attention (a simdgroup per query row), cross-entropy rows |
 | ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
+from lazyx.plugins import fast as _fast
 from lazyx.plugins import products as _products
 from lazyx.plugins import reductions as _reductions
 from lazyx.plugins import random as _random
@@ -35,7 +37,7 @@ from lazyx.plugins import sorting as _sorting
 
 from . import products, reductions, softmax
 from . import random, scans, sorting
-from . import indexing, shapes
+from . import fast, indexing, shapes
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -56,8 +58,13 @@ KERNELS = {
     _sorting.ArgPartition: sorting.argpartition,
     **indexing.KERNELS,   # Gather(Axis), Scatter(Axis), SliceUpdate
     **shapes.KERNELS,     # Concatenate, Pad, Contiguous, ...: the shapes pack's copies
+    _fast.RMSNorm: fast.rms_norm,   # the fast pack's forwards (their VJPs: the CPU fallback)
+    _fast.LayerNorm: fast.layer_norm,
+    _fast.RoPE: fast.rope,
+    _fast.ScaledDotProductAttention: fast.attention,
+    _fast.CrossEntropy: fast.cross_entropy,
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
 LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
-             indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY)
+             indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY)

@@ -23,9 +23,10 @@ from lazyx.plugins import reductions as rd
 from .common import (PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
                      threadgroup_for_rows, unsupported)
 
-__all__ = ["softmax", "logsumexp", "LIBRARY", "DTYPES"]
+__all__ = ["softmax", "logsumexp", "LIBRARY", "DTYPES", "ROW_STATISTICS"]
 
-_SOURCE = PRELUDE + r"""
+#: The row statistics both kernels (and cross-entropy, kernels/fast.py) start from.
+ROW_STATISTICS = r"""
 // The row's maximum and sum(exp(x - m)), the first with non-finite maxima as 0 when
 // `finite_max` (log-sum-exp's shift).
 template <typename T, typename U, bool finite_max>
@@ -44,7 +45,9 @@ inline void row_statistics(device const T* row, uint row_size, constant int* sha
     s += metal::exp(U(row[elem_to_loc(k, shape, strides, ndim)]) - m);
   s = threadgroup_reduce<U, Sum<U>>(s, partial, lane, simd_group, n_simd);
 }
+"""
 
+_SOURCE = PRELUDE + ROW_STATISTICS + r"""
 // Rows of x and of out (same shape): buffers 3-10 from common.row_layout(shape, axes, x, out).
 template <typename T, typename U>
 [[kernel]] void softmax(

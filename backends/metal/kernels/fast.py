@@ -1,0 +1,381 @@
+"""Metal kernels of the ``fast`` op pack's forward primitives: ``RMSNorm``, ``LayerNorm``,
+``RoPE``, ``ScaledDotProductAttention`` and ``CrossEntropy``.
+
+One MSL library (with :mod:`.softmax`'s row statistics, which cross-entropy reuses), one template per kernel instantiated per dtype from
+:data:`DTYPES` (and, for cross-entropy, per target dtype from :data:`TARGET_DTYPES`);
+no text per dtype. Every kernel computes in float and rounds once to the output
+dtype, with the numerics of the CPU reference kernels
+(``backends/cpu/kernels/fast.py``):
+
+* **norms** (``norm_<dtype>``, one template for both): a threadgroup per row of the
+  last axis (strided rows, :func:`.common.row_layout`); LayerNorm's mean is a first
+  threadgroup reduction, then ``sum((x - mean)^2)`` (the mean 0 for RMSNorm), then
+  ``y = (x - mean) / sqrt(ms + eps) * weight + bias``, weight and bias optional
+  (flags in a constant buffer, the same kernel);
+* **RoPE** (``rope_<dtype>``): a thread per rotated pair ``(i, t, row)`` (plus one per
+  feature past ``dims``, copied), the angle ``(t + offset) * scale * inv_freq[i]``
+  computed in float32 as the CPU computes it (``inv_freq = exp(-i * float32(log(base) /
+  (dims / 2)))``, or ``1 / freqs[i]``), traditional (``2i, 2i + 1``) or split halves
+  (``i, i + dims / 2``) pairs, the inverse rotation when not ``forward``; offsets a
+  scalar or one per batch; any layout of ``x`` through strides;
+* **attention** (``sdpa_<dtype>``, ``sdpa_boolmask_<dtype>``): a threadgroup per
+  (batch, query head, block of up to :data:`ROWS` query rows), a simdgroup per query
+  row, its lanes splitting the head dimension (up to :data:`MAX_HEAD_DIM`, 8 values a
+  lane). Each simdgroup walks the keys once with an **online softmax** (running max
+  ``m``, running sum ``l``, the output accumulator rescaled by ``exp(m_old - m)`` when
+  the max grows; the scores are never stored): the score ``scale * q . k`` is a
+  ``simd_sum``, then masked (causal: keys past the lower-right diagonal; boolean;
+  additive, broadcast by stride-0 strides) with the CPU's ``finfo(float32).min``, so a
+  row that sees no key averages every value as MLX does. A sink starts the walk as
+  ``m = sink, l = 1``. Grouped-query heads read kv head ``h // (Hq / Hkv)``. A causal
+  row stops at its diagonal. The keys and values are read from device memory by every
+  simdgroup (no threadgroup staging; on a GPU they come from the cache);
+* **cross-entropy** (``cross_entropy_<dtype>_<target dtype>``): softmax's row statistics
+  (the max, taken as 0 where not finite, and ``sum(exp(x - m))``), then ``log(s) + m -
+  logits[target mod n]`` in float32, one value per row.
+
+The VJP primitives (``RMSNormVJP``, ``LayerNormVJP``, ``ScaledDotProductAttentionVJP``)
+have no Metal kernel: they take the backend's explicit CPU fallback. float64 has no
+Metal type (:class:`.common.UnsupportedDtype`, then the fallback refuses it); a head
+dimension over :data:`MAX_HEAD_DIM` is refused the same way (the CPU's kernel runs it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lazyx import dtypes as ldt
+
+from . import softmax
+from .common import (PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, bindable,
+                     instantiate, msl_type, row_layout, threadgroup_for_rows, unsupported)
+
+__all__ = ["rms_norm", "layer_norm", "rope", "attention", "cross_entropy", "LIBRARY", "DTYPES",
+           "TARGET_DTYPES", "ROWS", "MAX_HEAD_DIM"]
+
+#: Query rows (simdgroups) per attention threadgroup; head dimensions one simdgroup holds.
+ROWS, MAX_HEAD_DIM = 4, 256
+
+_SOURCE = PRELUDE + softmax.ROW_STATISTICS + r"""
+// ---- norms: a threadgroup per row; flags = (centre, weighted, biased) ----------------------
+template <typename T, typename U>
+[[kernel]] void norm(
+    device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+    device const T* weight [[buffer(2)]], device const T* bias [[buffer(3)]],
+    constant int* flags [[buffer(4)]], constant float& eps [[buffer(5)]],
+    constant int64_t* wb_strides [[buffer(6)]], constant uint& row_size [[buffer(7)]],
+    constant int* red_shape [[buffer(8)]], constant int64_t* x_red_strides [[buffer(9)]],
+    constant int64_t* out_red_strides [[buffer(10)]], constant int& red_ndim [[buffer(11)]],
+    constant int* row_shape [[buffer(12)]], constant int64_t* x_row_strides [[buffer(13)]],
+    constant int64_t* out_row_strides [[buffer(14)]], constant int& row_ndim [[buffer(15)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint simd_group [[simdgroup_index_in_threadgroup]]) {
+  threadgroup U partial[32];
+  const uint n_simd = (threads.x + 31) / 32;
+  device const T* row = x + elem_to_loc(group.y, row_shape, x_row_strides, row_ndim);
+  device T* dest = out + elem_to_loc(group.y, row_shape, out_row_strides, row_ndim);
+  U mean = U(0);
+  if (flags[0]) {
+    U s = U(0);
+    for (uint k = lid.x; k < row_size; k += threads.x)
+      s += U(row[elem_to_loc(k, red_shape, x_red_strides, red_ndim)]);
+    mean = threadgroup_reduce<U, Sum<U>>(s, partial, lane, simd_group, n_simd) / U(row_size);
+  }
+  U ss = U(0);
+  for (uint k = lid.x; k < row_size; k += threads.x) {
+    U c = U(row[elem_to_loc(k, red_shape, x_red_strides, red_ndim)]) - mean;
+    ss += c * c;
+  }
+  ss = threadgroup_reduce<U, Sum<U>>(ss, partial, lane, simd_group, n_simd);
+  const U r = U(1) / metal::sqrt(ss / U(row_size) + U(eps));
+  for (uint k = lid.x; k < row_size; k += threads.x) {
+    U y = (U(row[elem_to_loc(k, red_shape, x_red_strides, red_ndim)]) - mean) * r;
+    if (flags[1]) y *= U(weight[int64_t(k) * wb_strides[0]]);
+    if (flags[2]) y += U(bias[int64_t(k) * wb_strides[1]]);
+    dest[elem_to_loc(k, red_shape, out_red_strides, red_ndim)] = T(y);
+  }
+}
+
+// ---- RoPE: a thread per (pair or passed-through feature, position t, row n of B * H) --------
+// sizes: dims, D, T, rows per batch element, offset stride (0: one offset), traditional,
+// has freqs, forward. params: scale, log(base) / (dims / 2) (float32, as the CPU's).
+template <typename T>
+[[kernel]] void rope(
+    device const T* x [[buffer(0)]], device T* out [[buffer(1)]],
+    device const int* offset [[buffer(2)]], device const float* freqs [[buffer(3)]],
+    constant int* sizes [[buffer(4)]], constant float* params [[buffer(5)]],
+    constant int* row_shape [[buffer(6)]], constant int64_t* row_strides [[buffer(7)]],
+    constant int& row_ndim [[buffer(8)]], constant int64_t* td_strides [[buffer(9)]],
+    uint3 pos [[thread_position_in_grid]]) {
+  const int dims = sizes[0], D = sizes[1], seq = sizes[2], pairs = dims / 2;
+  const int i = int(pos.x), t = int(pos.y);
+  const uint n = pos.z;
+  if (i >= pairs + (D - dims) || t >= seq) return;
+  device const T* src = x + elem_to_loc(n, row_shape, row_strides, row_ndim)
+                          + int64_t(t) * td_strides[0];
+  device T* dst = out + (int64_t(n) * seq + t) * D;
+  const int64_t sd = td_strides[1];
+  if (i >= pairs) {   // past `dims`: unchanged
+    const int e = dims + (i - pairs);
+    dst[e] = src[e * sd];
+    return;
+  }
+  const float p = (float(t) + float(offset[int(n) / sizes[3] * sizes[4]])) * params[0];
+  const float inv = sizes[6] ? 1.0f / freqs[i] : metal::exp(float(-i) * params[1]);
+  const float theta = p * inv;
+  const float c = metal::cos(theta), s = sizes[7] ? metal::sin(theta) : -metal::sin(theta);
+  const int i1 = sizes[5] ? 2 * i : i, i2 = sizes[5] ? 2 * i + 1 : i + pairs;
+  const float x1 = float(src[i1 * sd]), x2 = float(src[i2 * sd]);
+  dst[i1] = T(x1 * c - x2 * s);
+  dst[i2] = T(x1 * s + x2 * c);
+}
+
+// ---- attention: a simdgroup per query row, an online softmax over the keys -----------------
+// sizes: Hq, Hq / Hkv, Tq, Tk, D, Dv, mask kind (0 none, 1 causal, 2 array), has sinks,
+// the sinks' batch stride (0: one per head). Strides (elements): 4 per operand, B H T D.
+static constant constexpr const int SDPA_PER_LANE = @PER_LANE@;   // MAX_HEAD_DIM / 32
+// A boolean mask keeps or masks a score; an additive one (of q's type) is added to it.
+inline float masked_score(float s, bool keep, float masked) { return keep ? s : masked; }
+template <typename M> inline float masked_score(float s, M add, float) { return s + float(add); }
+
+template <typename T, typename M>
+[[kernel]] void sdpa(
+    device const T* q [[buffer(0)]], device T* out [[buffer(1)]],
+    device const T* k [[buffer(2)]], device const T* v [[buffer(3)]],
+    device const M* mask [[buffer(4)]], device const T* sinks [[buffer(5)]],
+    constant int* sizes [[buffer(6)]], constant float& scale [[buffer(7)]],
+    constant int64_t* qs [[buffer(8)]], constant int64_t* ks [[buffer(9)]],
+    constant int64_t* vs [[buffer(10)]], constant int64_t* ms [[buffer(11)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  const float masked = numeric_limits<float>::lowest();   // the CPU's MASKED
+  const int Hq = sizes[0], G = sizes[1], Tq = sizes[2], Tk = sizes[3], D = sizes[4];
+  const int Dv = sizes[5], kind = sizes[6];
+  const int b = int(group.z) / Hq, h = int(group.z) % Hq, hk = h / G;
+  const int wanted = int(group.y * threads.y + lid.y);   // the query row
+  // Rows past Tq repeat the last one (a whole simdgroup, so simd_sum sees every lane) and
+  // write nothing.
+  const int row = wanted < Tq ? wanted : Tq - 1;
+  device const T* Q = q + b * qs[0] + h * qs[1] + row * qs[2];
+  device const T* K = k + b * ks[0] + hk * ks[1];
+  device const T* V = v + b * vs[0] + hk * vs[1];
+  device const M* Mrow = mask + b * ms[0] + h * ms[1] + row * ms[2];
+  float qr[SDPA_PER_LANE], acc[SDPA_PER_LANE];
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    qr[e] = d < D ? float(Q[d * qs[3]]) * scale : 0.0f;
+    acc[e] = 0.0f;
+  }
+  float m = -numeric_limits<float>::infinity(), l = 0.0f;
+  if (sizes[7]) {   // the sink: one more logit, no value
+    m = float(sinks[b * sizes[8] + h]);
+    l = 1.0f;
+  }
+  const int diag = row + Tk - Tq;   // causal: the last key the row sees
+  const int keys = (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
+  for (int j = 0; j < keys; ++j) {
+    float part = 0.0f;
+    for (int e = 0; e < SDPA_PER_LANE; ++e) {
+      const int d = int(lane) + 32 * e;
+      if (d < D) part += qr[e] * float(K[j * ks[2] + d * ks[3]]);
+    }
+    float s = simd_sum(part);
+    if (kind == 1 && j > diag) {
+      s = masked;
+    } else if (kind == 2) {
+      s = masked_score(s, Mrow[j * ms[3]], masked);
+    }
+    const float top = s > m ? s : m;
+    const float factor = metal::exp(m - top), p = metal::exp(s - top);
+    l = l * factor + p;
+    for (int e = 0; e < SDPA_PER_LANE; ++e) {
+      const int d = int(lane) + 32 * e;
+      if (d < Dv) acc[e] = acc[e] * factor + p * float(V[j * vs[2] + d * vs[3]]);
+    }
+    m = top;
+  }
+  if (wanted >= Tq) return;
+  device T* O = out + ((int64_t(b) * Hq + h) * Tq + row) * Dv;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    if (d < Dv) O[d] = T(acc[e] / l);
+  }
+}
+
+// ---- cross-entropy: softmax's row statistics, then lse - logits[target] -------------------
+// Rows of logits and of the targets broadcast along the class axis: buffers 4-11 from
+// common.row_layout(shape, (last,), logits, targets).
+template <typename T, typename I>
+[[kernel]] void cross_entropy(
+    device const T* logits [[buffer(0)]], device float* out [[buffer(1)]],
+    device const I* targets [[buffer(2)]], constant uint& row_size [[buffer(3)]],
+    constant int* red_shape [[buffer(4)]], constant int64_t* red_strides [[buffer(5)]],
+    constant int64_t* t_red_strides [[buffer(6)]], constant int& red_ndim [[buffer(7)]],
+    constant int* row_shape [[buffer(8)]], constant int64_t* row_strides [[buffer(9)]],
+    constant int64_t* t_row_strides [[buffer(10)]], constant int& row_ndim [[buffer(11)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint simd_group [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float partial[32];
+  device const T* row = logits + elem_to_loc(group.y, row_shape, row_strides, row_ndim);
+  float m, s;
+  row_statistics<T, float, true>(row, row_size, red_shape, red_strides, red_ndim, m, s, partial,
+                                 lid.x, threads.x, lane, simd_group);
+  if (lid.x != 0) return;
+  // The class index modulo the class count (the CPU's int64 cast, then a floored mod).
+  int64_t t = int64_t(targets[elem_to_loc(group.y, row_shape, t_row_strides, row_ndim)]);
+  t %= int64_t(row_size);
+  if (t < 0) t += int64_t(row_size);
+  out[group.y] = (metal::log(s) + m) - float(row[elem_to_loc(uint64_t(t), red_shape, red_strides,
+                                                              red_ndim)]);
+}
+"""
+
+#: The dtypes every kernel has versions for (float64 has no Metal type).
+DTYPES = (ldt.float32, ldt.float16, ldt.bfloat16)
+#: Cross-entropy's target (class index) dtypes.
+TARGET_DTYPES = (ldt.int8, ldt.int16, ldt.int32, ldt.int64, ldt.uint8, ldt.uint16, ldt.uint32,
+                 ldt.uint64)
+
+LIBRARY = Library("fast", _SOURCE.replace("@PER_LANE@", str(MAX_HEAD_DIM // SIMD_WIDTH))
+                  + "\n" + "".join(
+    [instantiate(f"norm_{d.name}", "norm", msl_type(d), "float") for d in DTYPES]
+    + [instantiate(f"rope_{d.name}", "rope", msl_type(d)) for d in DTYPES]
+    + [instantiate(f"sdpa_{d.name}", "sdpa", msl_type(d), msl_type(d)) for d in DTYPES]
+    + [instantiate(f"sdpa_boolmask_{d.name}", "sdpa", msl_type(d), "bool") for d in DTYPES]
+    + [instantiate(f"cross_entropy_{d.name}_{i.name}", "cross_entropy", msl_type(d), msl_type(i))
+       for d in DTYPES for i in TARGET_DTYPES]))
+
+
+def _checked(kernel: str, x, dtypes=DTYPES):
+    x = bindable(x)
+    d = ldt.from_numpy(x.dtype)
+    if d not in dtypes:
+        raise unsupported(kernel, d, dtypes)
+    return x, d
+
+
+def _elements(a: np.ndarray) -> list:
+    """``a``'s strides in elements, 0 along a dimension of size 1 (it broadcasts)."""
+    return [0 if n == 1 else s // a.itemsize for n, s in zip(a.shape, a.strides)]
+
+
+# -- norms ---------------------------------------------------------------------------------------
+def _norm(kernel: str, inputs, run, eps: float, centre: bool, weighted: bool, biased: bool):
+    x, d = _checked(kernel, inputs[0])
+    params = []
+    for a in inputs[1:]:
+        a, _ = _checked(kernel, a)
+        if a.dtype != x.dtype:   # the ops cast them to x's dtype; anything else: the CPU's
+            raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
+        params.append(np.broadcast_to(a, x.shape[-1:]))
+    out = np.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    weight = params[0] if weighted else np.zeros(1, x.dtype)
+    bias = params[-1] if biased else np.zeros(1, x.dtype)
+    wb = [_elements(weight)[0] if weighted else 0, _elements(bias)[0] if biased else 0]
+    rows, size, layout = row_layout(x.shape, (x.ndim - 1,), x, out)
+    threads = threadgroup_for_rows(size)
+    run(Dispatch(LIBRARY, f"norm_{d.name}", [
+        x, out, weight, bias, np.array([centre, weighted, biased], np.int32),
+        np.array([eps], np.float32), np.array(wb, np.int64), np.array([size], np.uint32),
+        *layout], (threads, rows, 1), (threads, 1, 1)))
+    return out
+
+
+def rms_norm(primitive, inputs, run):
+    """``RMSNorm`` (inputs ``(x[, weight])``) on Metal: the output (x's shape and dtype)."""
+    return _norm("rms_norm", inputs, run, primitive.eps, False, len(inputs) > 1, False)
+
+
+def layer_norm(primitive, inputs, run):
+    """``LayerNorm`` (inputs ``(x[, weight][, bias])``) on Metal: the output."""
+    return _norm("layer_norm", inputs, run, primitive.eps, True, bool(primitive.weighted),
+                 bool(primitive.biased))
+
+
+# -- RoPE ----------------------------------------------------------------------------------------
+def rope(primitive, inputs, run):
+    """``RoPE`` (inputs ``(x, offset[, freqs])``, x ``(B, *, T, D)``) on Metal: the output."""
+    x, d = _checked("rope", inputs[0])
+    out = np.empty(x.shape, x.dtype)
+    if out.size == 0:
+        return out
+    offset = np.ascontiguousarray(inputs[1], np.int32).reshape(-1)
+    has_freqs = len(inputs) > 2
+    freqs = np.ascontiguousarray(inputs[2], np.float32) if has_freqs else np.zeros(1, np.float32)
+    dims, pairs = int(primitive.dims), int(primitive.dims) // 2
+    seq, features = x.shape[-2], x.shape[-1]
+    rows = math.prod(x.shape[:-2])
+    st = [s // x.itemsize for s in x.strides]
+    # float32(log(base) / pairs), as the CPU's angle table (numpy float64, then float32).
+    coefficient = 0.0 if primitive.base is None else np.log(primitive.base) / pairs
+    sizes = [dims, features, seq, rows // x.shape[0], int(offset.size > 1),
+             int(primitive.traditional), int(has_freqs), int(primitive.forward)]
+    width = pairs + features - dims   # threads along x: the pairs, then the copied features
+    group = min(width, SIMD_WIDTH)
+    run(Dispatch(LIBRARY, f"rope_{d.name}", [
+        x, out, offset, freqs, np.array(sizes, np.int32),
+        np.array([primitive.scale, coefficient], np.float32),
+        np.array(x.shape[:-2], np.int32), np.array(st[:-2], np.int64),
+        np.array([x.ndim - 2], np.int32), np.array(st[-2:], np.int64)],
+        (-(-width // group) * group, seq, rows), (group, 1, 1)))
+    return out
+
+
+# -- attention -----------------------------------------------------------------------------------
+def attention(primitive, inputs, run):
+    """``ScaledDotProductAttention`` (inputs ``(q, k, v[, mask][, sinks])``) on Metal: the
+    output ``(B, Hq, Tq, Dv)`` of q's dtype."""
+    q, d = _checked("scaled_dot_product_attention", inputs[0])
+    k, v = (_checked("scaled_dot_product_attention", a)[0] for a in inputs[1:3])
+    b, hq, tq, dk = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
+    if max(dk, dv) > MAX_HEAD_DIM:
+        raise UnsupportedDtype(f"Metal kernel scaled_dot_product_attention has no version for "
+                               f"head dimensions {dk} (queries, keys) and {dv} (values): it "
+                               f"holds at most {MAX_HEAD_DIM} per simdgroup. The CPU's kernel "
+                               f"runs it.")
+    out = np.empty((b, hq, tq, dv), q.dtype)
+    if out.size == 0:
+        return out
+    extra = list(inputs[3:])
+    mask = bindable(extra.pop(0)) if primitive.mask == "array" else None
+    sinks = np.ascontiguousarray(extra.pop(0)) if primitive.sinks else None
+    boolean = mask is not None and mask.dtype == np.bool_
+    if mask is not None and not boolean and mask.dtype != q.dtype:
+        raise unsupported("scaled_dot_product_attention", ldt.from_numpy(mask.dtype), (d,))
+    kind = {"none": 0, "causal": 1, "array": 2}[primitive.mask]
+    sizes = [hq, hq // hkv, tq, tk, dk, dv, kind, int(sinks is not None),
+             hq if sinks is not None and sinks.size > hq else 0]
+    rows = min(ROWS, tq)
+    run(Dispatch(LIBRARY, f"sdpa_{'boolmask_' if boolean else ''}{d.name}", [
+        q, out, k, v, np.zeros(1, q.dtype) if mask is None else mask,
+        np.zeros(1, q.dtype) if sinks is None else sinks.astype(q.dtype, copy=False),
+        np.array(sizes, np.int32), np.array([primitive.scale], np.float32),
+        *(np.array(_elements(a) if a is not None else [0] * 4, np.int64) for a in (q, k, v, mask))],
+        (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1)))
+    return out
+
+
+# -- cross-entropy -------------------------------------------------------------------------------
+def cross_entropy(primitive, inputs, run):
+    """``CrossEntropy`` (inputs ``(logits, targets)``) on Metal: float32 losses of the
+    targets' shape."""
+    logits, d = _checked("cross_entropy", inputs[0])
+    targets, i = _checked("cross_entropy", inputs[1], TARGET_DTYPES)
+    out = np.empty(targets.shape, np.float32)
+    if out.size == 0:
+        return out
+    # The targets as an array of the logits' shape, constant along the class axis.
+    spread = np.broadcast_to(targets[..., None], logits.shape)
+    rows, size, layout = row_layout(logits.shape, (logits.ndim - 1,), logits, spread)
+    threads = threadgroup_for_rows(size)
+    run(Dispatch(LIBRARY, f"cross_entropy_{d.name}_{i.name}", [
+        logits, out, targets, np.array([size], np.uint32), *layout],
+        (threads, rows, 1), (threads, 1, 1)))
+    return out
