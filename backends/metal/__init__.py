@@ -14,7 +14,7 @@ primitive class), first match wins:
 2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: reductions, arg-reductions,
    matrix products (matmul, addmm), softmax, log-sum-exp, scans, random bits, sorts and partitions, gathers, scatters,
    and the shape copies: concatenate, pad, slice updates, contiguous copies, and the ``fast``
-   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy), its
+   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy; convolutions), its
    dispatches run by :func:`.runtime.dispatch`;
 3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
    and every element-wise primitive that declares ``to_expression`` run MSL rendered
@@ -31,7 +31,7 @@ primitive class), first match wins:
 
 float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
 :class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
-MLX refuses float64 on the GPU. Convolutions, the ``fast`` pack's backward kernels, linear
+MLX refuses float64 on the GPU. The ``fast`` pack's backward kernels, linear
 algebra and FFTs still fall back to the CPU, which is why the backend stays opt-in on a
 Mac (``LAZYX_METAL=1``).
 
@@ -171,13 +171,13 @@ class MetalBackend(Backend):
         if self._availability is None:
             ok, why = availability()
             if ok and not runtime.emulating() and read_variable("LAZYX_METAL") != "1":
-                # Convolutions and the model kernels still fall back to the CPU: the backend
+                # The fast backward kernels, linalg and FFTs still fall back to the CPU: the backend
                 # (and with it the GPU as default device) is opt-in.
                 ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
                                   "kernels, reductions, matmul, softmax, scans, sorts, random "
                                   "bits, indexing, the fast pack's forwards (norms, RoPE, "
-                                  "attention, cross-entropy) and plugin-registered MSL kernels "
-                                  "on the GPU, and the rest (convolutions, the fast backward "
+                                  "attention, cross-entropy), convolutions and plugin-registered "
+                                  "MSL kernels on the GPU, and the rest (the fast backward "
                                   "kernels, linalg ...) "
                                   "through an explicit CPU fallback; set LAZYX_METAL=1 to "
                                   "use it.")
@@ -194,7 +194,8 @@ class MetalBackend(Backend):
         where = "emulated on the CPU through lazyx's C++ shim" if runtime.emulating() else \
             "checked on the CPU through lazyx's C++ shim"
         return (f"built-in MSL kernels (products, reductions, softmax, scans, sorts, random "
-                f"bits, indexing, copies, fast norms, RoPE, attention, cross-entropy), "
+                f"bits, indexing, copies, fast norms, RoPE, attention, cross-entropy, "
+                f"convolutions), "
                 f"generated element-wise MSL kernels and plugins' "
                 f"MSL kernels, other primitives as CPU fallbacks; {where}")
 
@@ -226,6 +227,16 @@ class MetalBackend(Backend):
     def forget_availability(self) -> None:
         """Ask again whether Metal is available (after :func:`emulate_on_cpu`)."""
         self._availability = None
+
+    # -- memory: the shared MTLBuffers arrays live in (:mod:`.runtime`) ------------------
+    def memory_stats(self) -> dict:
+        return runtime.memory_stats()
+
+    def reset_peak_memory(self) -> None:
+        runtime.reset_peak_memory()
+
+    def clear_cache(self) -> None:
+        runtime.clear_cache()
 
 
 _BACKEND = MetalBackend()

@@ -97,9 +97,9 @@ def pack(kernel: FusedKernel, name: str, grid: int, args) -> Launch:
 
 class GpuRunner:
     """Launches on the Metal GPU (:func:`lazyx.backends.metal.runtime.execute`). Buffers are
-    NumPy arrays: Apple silicon's memory is unified."""
+    NumPy arrays: Apple silicon's memory is unified; outputs are views of shared MTLBuffers."""
 
-    empty = staticmethod(np.empty)
+    empty = staticmethod(runtime.empty)
 
     @staticmethod
     def layout(host):
@@ -120,6 +120,8 @@ class ShimRunner(GpuRunner):
     Attributes:
         launches (list): ``(kernel function, grid)`` of each launch, for tests.
     """
+
+    empty = staticmethod(np.empty)  # plain NumPy: no Metal device behind the shim
 
     def __init__(self):
         self.launches = []

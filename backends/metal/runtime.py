@@ -1,30 +1,50 @@
 """The Metal runtime: MSL compiled with the Metal API (through PyObjC) and run on the GPU.
 
-**Untested.** This path needs macOS on Apple silicon and ``pyobjc-framework-Metal``;
-lazyx's test machines have neither, so it has never run. What is tested is
-everything it shares with the CPU check: the kernel's MSL source (compiled and run
-through the C++ shim, :mod:`lazyx.backends.metal.msl_cpu`) and the binding of
-buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch` for
-:class:`~lazyx.backends.metal.MetalKernel`, :mod:`lazyx.backends.metal.compiled`
-for generated kernels).
+**Not run on hardware.** This path needs macOS on Apple silicon and
+``pyobjc-framework-Metal``; lazyx's test machines have neither, so it has never run on
+a GPU. What is tested on Linux is everything it shares with the CPU check: the kernels'
+MSL source (compiled and run through the C++ shim, :mod:`lazyx.backends.metal.msl_cpu`),
+the binding of buffers, constants and grid (:func:`lazyx.backends.metal.launch.plan_launch`
+for :class:`~lazyx.backends.metal.MetalKernel`, :mod:`lazyx.backends.metal.compiled` for
+generated kernels), and this module's own code — shared buffers, their pool and memory
+figures, argument binding, command encoding — against a fake of PyObjC's Metal objects
+(tests/backends/test_metal_backend.py, test_metal_buffers.py). Left untested: PyObjC's
+own behaviour (``contents().as_buffer(n)`` giving a writable view of the buffer's memory,
+``MTLSize`` conversion) and the GPU's.
 
 Two entry points touch the GPU, both through :func:`_encode_and_wait`:
 :func:`execute` runs a planned :class:`~lazyx.backends.metal.launch.Launch` (one
 thread per element, threadgroups as wide as the pipeline allows), and
 :func:`dispatch` a built-in kernel's :class:`~lazyx.backends.metal.kernels.Dispatch`
 (a 3-D grid in threadgroups of the size the kernel was written for, with the
-threadgroup memory lengths it asks for). Buffers stay NumPy arrays between
-kernels (Apple silicon's memory is unified); each launch copies its inputs into
-shared ``MTLBuffer`` objects and the buffers it writes back, waiting for the
-command buffer to finish. Simple and slow; a buffer-owning Metal backend is later
-work. Libraries are compiled once per source and pipelines once per kernel
-function, with fast math off so that results round as on the CPU.
+threadgroup memory lengths it asks for). Libraries are compiled once per source and
+pipelines once per kernel function, with fast math off so that results round as on
+the CPU.
+
+**Buffers in unified memory.** :func:`empty` allocates an array in a shared
+``MTLBuffer`` (``newBufferWithLength:options:``, ``MTLResourceStorageModeShared``) and
+gives NumPy a view of its memory, no copy: the CPU and the GPU read the same bytes. The
+view's ``base`` chain ends in a :class:`SharedBuffer`, which keeps the ``MTLBuffer``
+alive as long as any view of it and hands it back to a pool (by length) when the last
+one dies; :func:`memory_stats` counts the live buffers' bytes (active, peak) and the
+pool's (cache). Generated kernels (:mod:`.compiled`) allocate their outputs there. A
+launch binds an argument that lives in a shared buffer as that buffer at the view's
+offset — a kernel's output fed to the next kernel is not copied — and copies any other
+NumPy argument as before: into a new shared buffer (written ones copied back after the
+command buffer completes), or with ``setBytes`` when small. Built-in kernels still
+allocate their outputs with NumPy (:mod:`.kernels`), so theirs are copied back.
+
+**Synchronous.** Each launch is one command buffer, committed and waited for: the
+launchers read some outputs on the host right after a dispatch (an indexing kernel's
+bounds flag), and the scheduler tells only the CPU backend where an evaluation begins
+and ends, so batching command buffers per evaluation and waiting only at a read is
+later work (see docs/codegen.md).
 
 **Emulation.** :func:`set_emulation` replaces the GPU by the CPU shim: the backend
 reports itself available and :func:`execute` and :func:`dispatch` run the MSL
-through :mod:`lazyx.backends.metal.msl_cpu`. Everything above this module (kernel choice,
-planning, argument packing) then runs as on a Mac, which is how the tests check the
-Metal backend on Linux (``lazyx.backends.metal.emulate_on_cpu``).
+through :mod:`lazyx.backends.metal.msl_cpu`, on plain NumPy arrays. Everything above this
+module (kernel choice, planning, argument packing) then runs as on a Mac, which is how
+the tests check the Metal backend on Linux (``lazyx.backends.metal.emulate_on_cpu``).
 """
 
 from __future__ import annotations
@@ -36,12 +56,13 @@ import threading
 
 import numpy as np
 
-from lazyx.errors import BackendError, KernelCompileError
+from lazyx.errors import BackendError, KernelCompileError, OutOfMemoryError
 
 from .launch import plan_for_primitive
 
 __all__ = ["availability", "run", "execute", "dispatch", "MetalCompileError", "set_emulation",
-           "emulating"]
+           "emulating", "empty", "SharedBuffer", "shared_buffer_of", "memory_stats",
+           "reset_peak_memory", "clear_cache"]
 
 INSTALL_HINT = "pip install pyobjc-framework-Metal"
 
@@ -144,6 +165,115 @@ def _describe(error) -> str:
     return str(error.localizedDescription()) if error is not None else "(no error given)"
 
 
+# -- shared buffers: arrays in MTLBuffers that NumPy views without a copy -----------------
+_ALIGN = 256                    # pooled lengths round up to this (reuse across close sizes)
+_pool: dict = {}                # length -> [MTLBuffer] free for reuse
+# Re-entrant: a SharedBuffer's __del__ (from a garbage collection that may start anywhere,
+# inside _allocate too) hands its buffer back under this lock.
+_pool_lock = threading.RLock()
+_memory = {"active": 0, "peak": 0, "cache": 0}
+
+
+class SharedBuffer:
+    """One shared ``MTLBuffer`` as NumPy sees it: ``np.asarray(owner)`` is a uint8 view of
+    its ``length`` bytes at ``address`` (the buffer's ``contents()``), with the owner as
+    its ``base``; every array :func:`empty` makes from it keeps it alive. When the last
+    view dies the ``MTLBuffer`` goes back to the pool (the launch that wrote it has
+    completed: launches are synchronous)."""
+
+    __slots__ = ("mtl", "length", "address", "_bytes", "_anchor")
+
+    def __init__(self, mtl, length: int):
+        self.mtl, self.length = mtl, length
+        # contents() is the CPU address of a shared buffer's storage; PyObjC hands it as a
+        # pointer object whose as_buffer(n) is a read-write memoryview of n bytes there.
+        self._bytes = mtl.contents().as_buffer(length)
+        self._anchor = (ctypes.c_char * length).from_buffer(self._bytes)
+        self.address = ctypes.addressof(self._anchor)
+
+    @property
+    def __array_interface__(self):
+        return {"shape": (self.length,), "typestr": "|u1", "data": (self.address, False),
+                "version": 3}
+
+    def __del__(self):
+        try:
+            _release(self.mtl, self.length)
+        except Exception:  # interpreter shutdown: the module's globals may be gone
+            pass
+
+
+def _release(mtl, length: int) -> None:
+    with _pool_lock:
+        _pool.setdefault(length, []).append(mtl)
+        _memory["active"] -= length
+        _memory["cache"] += length
+
+
+def _allocate(nbytes: int) -> SharedBuffer:
+    length = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+    with _pool_lock:
+        free = _pool.get(length)
+        mtl = free.pop() if free else None
+        if mtl is not None:
+            _memory["cache"] -= length
+    if mtl is None:
+        Metal, device, _ = _get_context()
+        mtl = device.newBufferWithLength_options_(length, Metal.MTLResourceStorageModeShared)
+        if mtl is None:
+            raise OutOfMemoryError(f"Metal could not allocate a shared buffer of {length} bytes "
+                                   f"({_memory['active']} bytes are in use by arrays, "
+                                   f"{_memory['cache']} cached); free arrays or call "
+                                   f"mx.clear_cache().")
+    with _pool_lock:
+        _memory["active"] += length
+        _memory["peak"] = max(_memory["peak"], _memory["active"])
+    return SharedBuffer(mtl, length)
+
+
+def empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array of ``shape`` and ``dtype`` in a shared
+    ``MTLBuffer`` (a NumPy view of its memory, no copy); a plain ``np.empty`` while the
+    shim is emulating the GPU."""
+    if _emulated:
+        return np.empty(shape, dtype)
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return np.asarray(_allocate(nbytes))[:nbytes].view(dtype).reshape(shape)
+
+
+def shared_buffer_of(a):
+    """The :class:`SharedBuffer` whose memory ``a`` (a NumPy array) views, or None."""
+    b = a.base
+    while True:
+        kind = type(b)
+        if kind is np.ndarray:
+            b = b.base
+        elif kind is memoryview:  # np.asarray(lazyx array) goes through its buffer protocol
+            b = b.obj
+        else:
+            return b if kind is SharedBuffer else None
+
+
+def memory_stats() -> dict:
+    """Bytes in shared buffers that arrays hold (``active``, its ``peak``) and in the
+    pool (``cache``)."""
+    return dict(_memory)
+
+
+def reset_peak_memory() -> None:
+    """Set the peak to 0 (as MLX does); it grows again from the next allocation."""
+    _memory["peak"] = 0
+
+
+def clear_cache() -> None:
+    """Release the pooled buffers (their memory goes back to Metal)."""
+    with _pool_lock:
+        _pool.clear()
+        _memory["cache"] = 0
+
+
 def _size(Metal, sizes: tuple):
     """An ``MTLSize`` of three sizes (width, height, depth)."""
     make = getattr(Metal, "MTLSizeMake", None)
@@ -209,7 +339,8 @@ def _three(sizes) -> tuple:
 
 def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threadgroup,
                      threadgroup_memory: tuple) -> None:
-    """One compute command on the GPU: bind, dispatch, commit, wait, copy back.
+    """One compute command on the GPU: bind, dispatch, commit, wait, copy back (only the
+    written buffers that did not live in a shared ``MTLBuffer`` already).
 
     ``grid`` counts threads per dimension; ``threadgroup`` is the threads per threadgroup
     (None: as many along x as the pipeline allows, up to the grid's width). **Untested
@@ -233,6 +364,17 @@ def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threa
     encoder.setComputePipelineState_(pipeline)
     keep, copies = [], []
     for index, a in enumerate(buffers):
+        owner = shared_buffer_of(a) if type(a) is np.ndarray else None
+        if owner is not None:
+            # Already in a shared MTLBuffer (another kernel's output): bind that buffer at
+            # the view's first element, read or written in place, nothing copied. Metal
+            # wants buffer offsets aligned to 4 bytes; a view that is not (a float16 slice
+            # at an odd element) is copied as below.
+            offset = a.ctypes.data - owner.address
+            if offset % 4 == 0:
+                encoder.setBuffer_offset_atIndex_(owner.mtl, offset, index)
+                keep.append(owner)
+                continue
         if any(a is w for w in written):
             # Written arrays are C-contiguous: a buffer of their size holding their current
             # bytes (a scatter's copy of its input, a concatenation's earlier blocks, an

@@ -312,6 +312,25 @@ CASES += [
 ]
 
 
+# Convolutions (kernels/conv.py, an implicit GEMM): strides, asymmetric and negative padding,
+# dilations, groups, flip, a transposed convolution (input dilation), 3-D.
+CASES += [
+    Case("conv1d stride=2 padding=1", lambda x, w: mx.conv1d(x, w, stride=2, padding=1), FLOATS,
+         ((2, 9, 4), (5, 3, 4)), BUILTIN, quick=True),
+    Case("conv2d groups=2 dilation=2",
+         lambda x, w: mx.conv2d(x, w, padding=(1, 2), dilation=2, groups=2), FLOATS,
+         ((2, 7, 6, 4), (6, 3, 2, 2)), BUILTIN),
+    Case("conv_general padding=([2,-1],[0,1]) flip",
+         lambda x, w: mx.conv_general(x, w, stride=(1, 2), padding=([2, -1], [0, 1]),
+                                      input_dilation=(2, 1), flip=True),
+         FLOATS, ((1, 4, 7, 2), (3, 2, 3, 2)), BUILTIN),
+    Case("conv_transpose2d stride=2", lambda x, w: mx.conv_transpose2d(x, w, stride=2, padding=1),
+         FLOATS, ((1, 3, 4, 2), (3, 3, 3, 2)), BUILTIN),
+    Case("conv3d", lambda x, w: mx.conv3d(x, w, padding=1), ("float32",),
+         ((1, 3, 4, 3, 2), (2, 2, 3, 2, 2)), BUILTIN),
+]
+
+
 # -- enabling the backend -----------------------------------------------------------------------
 def enable(emulate: bool) -> str | None:
     """Make the Metal backend usable in this process: with ``emulate``, through lazyx's

@@ -1,0 +1,224 @@
+"""The Metal runtime's shared buffers on the fake Metal API: arrays in ``MTLBuffer``
+memory that NumPy views without a copy, bound in place by the next kernel, pooled, and
+counted by the memory figures.
+
+The fake (``on_fake_gpu`` of test_metal_backend.py) stands for PyObjC's objects: its
+``MTLBuffer`` is a ``bytearray`` whose ``contents().as_buffer(n)`` is a writable view,
+and its command buffer runs the bound bytes through the C++ shim, so a binding mistake
+shows as a wrong number. Here it also records which buffer object each argument binds
+and each buffer the device creates.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+
+import lazyx.core as mx
+from helpers import random_array, rng
+from lazyx.backends import metal
+from lazyx.backends.metal import runtime
+from test_metal_backend import (_Device, _Encoder, _Metal, _Queue, _check_mlp, _mlp,
+                                _mlp_inputs, _mlp_ref, _run, on_fake_gpu, on_metal,
+                                pytestmark)  # noqa: F401
+
+F64 = np.float64
+
+
+@pytest.fixture
+def fake(on_fake_gpu, monkeypatch):
+    """``on_fake_gpu`` whose log also names the buffer bound at each index
+    (``("bind", index, buffer, offset)``) and each buffer the device creates
+    (``("new", "length" | "bytes", length)``, the buffers themselves in ``log.made``); the
+    pool starts and ends empty."""
+    log, _ = on_fake_gpu
+    set_buffer = _Encoder.setBuffer_offset_atIndex_
+    new_length = _Device.newBufferWithLength_options_
+    new_bytes = _Device.newBufferWithBytes_length_options_
+
+    def bind(self, buffer, offset, index):
+        log.append(("bind", index, buffer, offset))
+        return set_buffer(self, buffer, offset, index)
+
+    class Log(list):
+        made = {}                               # id(buffer) -> "length" | "bytes"
+    log = Log(log)
+
+    def made(kind, buffer):
+        log.made[id(buffer)] = kind
+        return buffer
+
+    def with_length(self, length, mode):
+        log.append(("new", "length", length))
+        return made("length", new_length(self, length, mode))
+
+    def with_bytes(self, data, length, mode):
+        log.append(("new", "bytes", length))
+        return made("bytes", new_bytes(self, data, length, mode))
+
+    monkeypatch.setattr(runtime, "_get_context", lambda: (_Metal, _Device(), _Queue(log)))
+    monkeypatch.setattr(_Encoder, "setBuffer_offset_atIndex_", bind)
+    monkeypatch.setattr(_Device, "newBufferWithLength_options_", with_length)
+    monkeypatch.setattr(_Device, "newBufferWithBytes_length_options_", with_bytes)
+    runtime.clear_cache()
+    try:
+        yield log
+    finally:
+        gc.collect()
+        runtime.clear_cache()
+
+
+def _new(log, kind=None):
+    return [c for c in log if c[0] == "new" and (kind is None or c[1] == kind)]
+
+
+def _binds(log):
+    return [c for c in log if c[0] == "bind"]
+
+
+def _gpu(fn, *arrays):
+    with mx.stream(mx.gpu):
+        out = fn(*arrays)
+        mx.eval(out)
+    return out
+
+
+def test_an_output_is_a_view_of_its_shared_buffer(fake):
+    x = random_array((16, 40), mx.float32, rng(30), -2, 2)
+    y = _gpu(mx.exp, mx.array(x))
+    got = np.asarray(y)
+    np.testing.assert_allclose(got, np.exp(x.astype(F64)), rtol=2e-6)
+    owner = runtime.shared_buffer_of(got)
+    assert owner is not None and owner.length >= got.nbytes
+    assert ("new", "length", owner.length) in fake      # newBufferWithLength, no upload
+    assert got.ctypes.data == owner.address and got.flags.c_contiguous
+    # No copy: bytes written into the MTLBuffer (as the GPU writes them) are the array's,
+    # and a second export is the same memory.
+    raw = np.frombuffer(owner.mtl.data, np.float32, count=got.size)
+    assert not np.shares_memory(raw, x)
+    raw[3] = 123.5
+    assert np.asarray(y).reshape(-1)[3] == 123.5 and np.shares_memory(np.asarray(y), raw)
+
+
+def test_an_output_fed_to_the_next_kernel_binds_the_same_buffer(fake):
+    x = random_array((32, 64), mx.float32, rng(31), -2, 2)
+    y = _gpu(mx.exp, mx.array(x))
+    owner = runtime.shared_buffer_of(np.asarray(y))
+    del fake[:]
+    z = _gpu(mx.sin, y)
+    np.testing.assert_allclose(np.asarray(z), np.sin(np.exp(x.astype(F64))), rtol=2e-6,
+                               atol=1e-6)
+    # One buffer made: z's; y is bound as its own MTLBuffer at offset 0, not uploaded.
+    assert _new(fake) == [("new", "length", runtime.shared_buffer_of(np.asarray(z)).length)]
+    assert ("bind", 0, owner.mtl, 0) in _binds(fake)
+    # A built-in kernel (softmax) reads it in place too.
+    del fake[:]
+    s = _gpu(lambda a: mx.softmax(a, axis=-1), y)
+    e = np.exp(np.exp(x.astype(F64)) - np.exp(x.astype(F64)).max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(s), e / e.sum(-1, keepdims=True), rtol=1e-5,
+                               atol=1e-8)
+    assert ("bind", 0, owner.mtl, 0) in _binds(fake)
+    # The one upload is softmax's own output: the built-in launchers allocate theirs with
+    # NumPy, so it is bound as a copy and copied back.
+    assert _new(fake) == [("new", "bytes", x.nbytes)]
+    assert metal.stats["builtin"] == 1
+
+
+def test_views_of_a_shared_output_bind_at_their_offset(fake):
+    x = random_array((8, 64), mx.float32, rng(32), -2, 2)
+    y = _gpu(mx.exp, mx.array(x))
+    owner = runtime.shared_buffer_of(np.asarray(y))
+    want = np.exp(x.astype(F64))
+    # A slice (a view on the fallback's NumPy) starts 2 rows in; a reversed one at its
+    # last row, the kernel's negative strides reaching back from there.
+    for view, ref, offset in ((lambda a: a[2:], want[2:], 2 * 64 * 4),
+                              (lambda a: a[::-1], want[::-1], 7 * 64 * 4)):
+        del fake[:]
+        got = np.asarray(_gpu(lambda a: mx.sin(view(a)), y))
+        np.testing.assert_allclose(got, np.sin(ref), rtol=2e-6, atol=1e-6)
+        assert ("bind", 0, owner.mtl, offset) in _binds(fake)
+        assert _new(fake, "bytes") == []
+
+
+def test_a_view_at_an_unaligned_offset_is_copied(fake):
+    # Metal binds buffers at offsets of 4 bytes: a float16 view one element in is copied.
+    x = random_array((60, 50), mx.float16, rng(33), -2, 2)
+    y = _gpu(mx.exp, mx.array(x))
+    owner = runtime.shared_buffer_of(np.asarray(y))
+    del fake[:]
+    got = np.asarray(_gpu(lambda a: mx.negative(mx.reshape(a, (-1,))[1:]), y))
+    np.testing.assert_array_equal(got, -np.asarray(y).reshape(-1)[1:])
+    assert all(c[2] is not owner.mtl for c in _binds(fake))
+    assert _new(fake, "bytes") == [("new", "bytes", (60 * 50 - 1) * 2)]
+
+
+def test_the_pool_and_the_memory_figures(fake):
+    gc.collect()
+    before = runtime.memory_stats()
+    a = runtime.empty((100, 3), np.float32)
+    assert a.shape == (100, 3) and a.dtype == np.float32 and a.flags.writeable
+    length = runtime.shared_buffer_of(a).length
+    assert length >= 1200 and length % 256 == 0
+    after = runtime.memory_stats()
+    assert after["active"] == before["active"] + length
+    assert after["peak"] >= after["active"] and after["cache"] == 0
+    assert mx.get_active_memory() >= after["active"]
+    assert metal._BACKEND.memory_stats() == after
+    # A view keeps the buffer alive; when the last one goes the buffer is pooled, and the
+    # next allocation of that length takes it instead of asking Metal.
+    view = a[10:].T
+    del a
+    assert runtime.memory_stats()["active"] == after["active"]
+    del view
+    gc.collect()
+    freed = runtime.memory_stats()
+    assert freed["active"] == before["active"] and freed["cache"] == length
+    made = len(_new(fake))
+    b = runtime.empty(1100, np.uint8)           # rounds to the same length
+    assert len(_new(fake)) == made and runtime.memory_stats()["cache"] == 0
+    c = runtime.empty(1100, np.uint8)           # the pool is empty: a new buffer
+    assert len(_new(fake)) == made + 1
+    assert runtime.memory_stats()["active"] == before["active"] + 2 * length
+    # reset_peak_memory and clear_cache through lazyx.core.
+    mx.reset_peak_memory()
+    assert runtime.memory_stats()["peak"] == 0
+    del b, c
+    gc.collect()
+    assert runtime.memory_stats()["cache"] == 2 * length
+    mx.clear_cache()
+    assert runtime.memory_stats()["cache"] == 0
+    # Zero-size arrays have a buffer too (Metal has no empty one) and views of it.
+    assert runtime.empty((0, 4), np.int32).shape == (0, 4)
+
+
+def test_evaluations_move_the_memory_figures(fake):
+    x = mx.array(random_array((64, 64), mx.float32, rng(34)))
+    mx.eval(x)
+    start = mx.get_active_memory()
+    y = _gpu(mx.exp, x)
+    grown = mx.get_active_memory() - start
+    assert grown >= 64 * 64 * 4
+    assert runtime.memory_stats()["peak"] >= runtime.memory_stats()["active"]
+    del y
+    gc.collect()
+    assert mx.get_active_memory() - start <= grown - 64 * 64 * 4
+
+
+def test_the_mlp_on_the_fake_gpu_with_shared_buffers(fake):
+    arrays = _mlp_inputs()
+    got = _run(_mlp, arrays, mx.gpu)
+    _check_mlp(got, _run(_mlp, arrays, mx.cpu), _mlp_ref(*arrays))
+    # The generated kernels' outputs live in shared buffers, each bound once by the kernel
+    # that writes it; the kernels reading them (the hidden layer, 12 x 48, by the second
+    # matmul; the logits by softmax, logsumexp, argmax ...) bind them again, in place.
+    shared = [c[2] for c in _binds(fake) if fake.made.get(id(c[2])) == "length"]
+    created = len(_new(fake, "length"))
+    assert created >= 4 and len(shared) >= created + 4
+
+
+def test_emulation_keeps_plain_numpy_arrays(on_metal):
+    before = runtime.memory_stats()
+    y = mx.exp(mx.array(np.ones((4, 5), np.float32)), stream=mx.gpu)
+    got = np.asarray(y)
+    np.testing.assert_allclose(got, np.e, rtol=1e-6)
+    assert runtime.shared_buffer_of(got) is None and runtime.memory_stats() == before
