@@ -31,8 +31,9 @@ pool's (cache). Generated kernels (:mod:`.compiled`) allocate their outputs ther
 launch binds an argument that lives in a shared buffer as that buffer at the view's
 offset — a kernel's output fed to the next kernel is not copied — and copies any other
 NumPy argument as before: into a new shared buffer (written ones copied back after the
-command buffer completes), or with ``setBytes`` when small. Built-in kernels still
-allocate their outputs with NumPy (:mod:`.kernels`), so theirs are copied back.
+command buffer completes), or with ``setBytes`` when small. Built-in kernels allocate
+their outputs here too (``dispatch.empty``, through ``kernels.common.empty``); plugins'
+:class:`MetalKernel` launches still allocate theirs with NumPy, so those are copied back.
 
 **Synchronous.** Each launch is one command buffer, committed and waited for: the
 launchers read some outputs on the host right after a dispatch (an indexing kernel's
@@ -330,6 +331,10 @@ def dispatch(d) -> None:
     _encode_and_wait(d.library, d.function, d.buffers, [d.buffers[i] for i in d.writes],
                      _three(d.grid), _three(d.threadgroup), tuple(d.threadgroup_memory))
 
+
+#: The built-in kernels' launchers allocate their outputs through their ``run``'s
+#: ``empty`` (``kernels.common.empty``): shared buffers on the GPU.
+dispatch.empty = empty
 
 def _three(sizes) -> tuple:
     """Up to three sizes as (width, height, depth)."""

@@ -233,3 +233,11 @@ U threadgroup_reduce(U value, threadgroup U* partial, uint lane, uint simd_group
   return value;
 }
 """
+
+
+def empty(run, shape, dtype) -> np.ndarray:
+    """A kernel's output array for the dispatch function ``run``: its ``empty`` where it has
+    one (:func:`lazyx.backends.metal.runtime.dispatch`: a shared ``MTLBuffer`` on the GPU,
+    which the kernel writes and the next kernel binds in place, no copy either way), else
+    a plain NumPy array (:func:`run_on_cpu`, the shim)."""
+    return getattr(run, "empty", np.empty)(shape, dtype)

@@ -49,7 +49,7 @@ import numpy as np
 from lazyx import dtypes as ldt
 
 from . import softmax
-from .common import (PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, bindable,
+from .common import (empty, PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, bindable,
                      instantiate, msl_type, row_layout, threadgroup_for_rows, unsupported)
 
 __all__ = ["rms_norm", "layer_norm", "rope", "attention", "cross_entropy", "LIBRARY", "DTYPES",
@@ -272,7 +272,7 @@ def _norm(kernel: str, inputs, run, eps: float, centre: bool, weighted: bool, bi
         if a.dtype != x.dtype:   # the ops cast them to x's dtype; anything else: the CPU's
             raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
         params.append(np.broadcast_to(a, x.shape[-1:]))
-    out = np.empty(x.shape, x.dtype)
+    out = empty(run, x.shape, x.dtype)
     if out.size == 0:
         return out
     weight = params[0] if weighted else np.zeros(1, x.dtype)
@@ -302,7 +302,7 @@ def layer_norm(primitive, inputs, run):
 def rope(primitive, inputs, run):
     """``RoPE`` (inputs ``(x, offset[, freqs])``, x ``(B, *, T, D)``) on Metal: the output."""
     x, d = _checked("rope", inputs[0])
-    out = np.empty(x.shape, x.dtype)
+    out = empty(run, x.shape, x.dtype)
     if out.size == 0:
         return out
     offset = np.ascontiguousarray(inputs[1], np.int32).reshape(-1)
@@ -340,7 +340,7 @@ def attention(primitive, inputs, run):
                                f"head dimensions {dk} (queries, keys) and {dv} (values): it "
                                f"holds at most {MAX_HEAD_DIM} per simdgroup. The CPU's kernel "
                                f"runs it.")
-    out = np.empty((b, hq, tq, dv), q.dtype)
+    out = empty(run, (b, hq, tq, dv), q.dtype)
     if out.size == 0:
         return out
     extra = list(inputs[3:])
@@ -368,7 +368,7 @@ def cross_entropy(primitive, inputs, run):
     targets' shape."""
     logits, d = _checked("cross_entropy", inputs[0])
     targets, i = _checked("cross_entropy", inputs[1], TARGET_DTYPES)
-    out = np.empty(targets.shape, np.float32)
+    out = empty(run, targets.shape, np.float32)
     if out.size == 0:
         return out
     # The targets as an array of the logits' shape, constant along the class axis.

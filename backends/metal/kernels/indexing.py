@@ -47,7 +47,7 @@ from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import indexing as ix
 
 from . import shapes
-from .common import PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type, \
+from .common import empty, PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type, \
     unsupported
 
 __all__ = ["LIBRARY", "KERNELS", "REDUCE_DTYPES", "INDEX_DTYPES", "MAX_INDEX_ARRAYS"]
@@ -384,7 +384,7 @@ def _gather(primitive, inputs, run, x, block: _Block):
     kernel = f"gather_{x.itemsize}"
     shapes.storage(kernel, x)
     _check_indices(kernel, block)
-    out = np.empty(block.shape, x.dtype)
+    out = empty(run, block.shape, x.dtype)
     error = np.zeros(1, np.uint32)
     buffers, counts = _buffers(block, x, out, _c_strides(out.shape), error)
     if out.size:

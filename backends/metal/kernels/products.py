@@ -37,7 +37,7 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import (PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type,
+from .common import (empty, PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type,
                      unsupported)
 
 __all__ = ["matmul", "addmm", "LIBRARY", "DTYPES", "TILE", "THREADS"]
@@ -153,7 +153,7 @@ def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
     d = ldt.from_numpy(a.dtype)
     if d not in DTYPES:
         raise unsupported(op, d, DTYPES)
-    out = np.empty(shape, a.dtype)
+    out = empty(run, shape, a.dtype)
     if out.size == 0:
         return out
     M = a.shape[-2] if a.ndim > 1 else 1

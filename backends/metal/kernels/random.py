@@ -20,7 +20,7 @@ import numpy as np
 from lazyx import dtypes as ldt
 from lazyx.plugins import random as rd
 
-from .common import PRELUDE, Dispatch, Library, bindable, row_layout, unsupported
+from .common import empty, PRELUDE, Dispatch, Library, bindable, row_layout, unsupported
 
 __all__ = ["random_bits", "LIBRARY"]
 
@@ -94,7 +94,7 @@ def random_bits(primitive, inputs, run):
     if ldt.from_numpy(keys.dtype) != _KEY:
         raise unsupported("random_bits", ldt.from_numpy(keys.dtype), (_KEY,))
     batch = keys.shape[:-1]
-    out = np.empty(batch + tuple(primitive.shape), np.dtype(f"uint{8 * primitive.width}"))
+    out = empty(run, batch + tuple(primitive.shape), np.dtype(f"uint{8 * primitive.width}"))
     if out.size == 0:
         return out
     nbytes = out.size // max(int(np.prod(batch, dtype=np.int64)), 1) * primitive.width

@@ -27,7 +27,7 @@ import numpy as np
 from lazyx import dtypes as ldt
 from lazyx.plugins import reductions as rd
 
-from .common import (PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
+from .common import (empty, PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
                      threadgroup_for_rows, unsupported)
 
 __all__ = ["reduce", "arg_reduce", "LIBRARY", "REDUCE_DTYPES", "ARG_DTYPES"]
@@ -196,7 +196,7 @@ def reduce(primitive, inputs, run):
     d = ldt.from_numpy(x.dtype)
     if d not in REDUCE_DTYPES[op]:
         raise unsupported(f"reduce_{op}", d, REDUCE_DTYPES[op])
-    out = np.empty(rd.reduced_shape(x.shape, axes, primitive.keepdims), _out_dtype(op, d).np)
+    out = empty(run, rd.reduced_shape(x.shape, axes, primitive.keepdims), _out_dtype(op, d).np)
     if out.size == 0:
         return out
     name = f"{op}_{d.name}"
@@ -220,7 +220,7 @@ def arg_reduce(primitive, inputs, run):
     d = ldt.from_numpy(x.dtype)
     if d not in ARG_DTYPES:
         raise unsupported(f"arg_reduce_{primitive.op}", d, ARG_DTYPES)
-    out = np.empty(primitive.output_shapes([x])[0], np.uint32)
+    out = empty(run, primitive.output_shapes([x])[0], np.uint32)
     if out.size == 0:
         return out
     axes = tuple(range(x.ndim)) if primitive.axis is None else (primitive.axis,)

@@ -31,7 +31,7 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import (PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
+from .common import (empty, PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
                      threadgroup_for_rows, unsupported)
 
 __all__ = ["scan", "LIBRARY", "SCAN_DTYPES"]
@@ -142,7 +142,7 @@ def scan(primitive, inputs, run):
     d = ldt.from_numpy(x.dtype)
     if d not in SCAN_DTYPES[op]:
         raise unsupported(f"scan_{op}", d, SCAN_DTYPES[op])
-    out = np.empty(x.shape, x.dtype)
+    out = empty(run, x.shape, x.dtype)
     if out.size == 0:
         return out
     axis = primitive.axis % x.ndim

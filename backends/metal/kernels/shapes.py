@@ -38,7 +38,7 @@ import numpy as np
 from lazyx import dtypes as ldt
 from lazyx.plugins import shapes as sh
 
-from .common import (PRELUDE, Dispatch, Library, UnsupportedDtype, _collapse, bindable,
+from .common import (empty, PRELUDE, Dispatch, Library, UnsupportedDtype, _collapse, bindable,
                      instantiate, unsupported)
 
 __all__ = ["LIBRARY", "DTYPES", "KERNELS", "copy_into", "storage", "contiguous_copy"]
@@ -119,7 +119,7 @@ def copy_view(run, out: np.ndarray, view: np.ndarray, src) -> None:
 def contiguous_copy(run, x: np.ndarray, kernel: str = "copy") -> np.ndarray:
     """``x`` copied to a new C-contiguous array on the GPU."""
     storage(kernel, x)
-    out = np.empty(x.shape, x.dtype)
+    out = empty(run, x.shape, x.dtype)
     copy_into(run, out, x)
     return out
 
@@ -138,7 +138,7 @@ def concatenate(primitive, inputs, run):
     """``Concatenate``: each input into its block of the output along ``axis``."""
     storage("copy", *inputs)
     ax = primitive.axis % inputs[0].ndim
-    out = np.empty(primitive.output_shapes(inputs)[0], inputs[0].dtype)
+    out = empty(run, primitive.output_shapes(inputs)[0], inputs[0].dtype)
     key = [slice(None)] * out.ndim
     start = 0
     for x in inputs:
@@ -152,7 +152,7 @@ def pad(primitive, inputs, run):
     """``Pad``: the pad value everywhere, then ``x`` inside."""
     x, v = inputs
     storage("copy", x, v)
-    out = np.empty(primitive.output_shapes(inputs)[0], x.dtype)
+    out = empty(run, primitive.output_shapes(inputs)[0], x.dtype)
     inner = [slice(None)] * x.ndim
     for ax, lo in zip(primitive.axes, primitive.low_pad_size):
         inner[ax] = slice(lo, lo + x.shape[ax])
@@ -190,7 +190,7 @@ def diag(primitive, inputs, run):
     x = inputs[0]
     storage("copy", x)
     n = x.shape[0] + abs(primitive.k)
-    out = np.empty((n, n), x.dtype)
+    out = empty(run, (n, n), x.dtype)
     copy_into(run, out, np.zeros((), x.dtype))
     k = primitive.k
     copy_into(run, out, x, x.shape, k if k >= 0 else -k * n, [n + 1])

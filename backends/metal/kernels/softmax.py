@@ -20,7 +20,7 @@ import numpy as np
 from lazyx import dtypes as ldt
 from lazyx.plugins import reductions as rd
 
-from .common import (PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
+from .common import (empty, PRELUDE, Dispatch, Library, bindable, instantiate, msl_type, row_layout,
                      threadgroup_for_rows, unsupported)
 
 __all__ = ["softmax", "logsumexp", "LIBRARY", "DTYPES", "ROW_STATISTICS"]
@@ -112,7 +112,7 @@ def _checked(kernel: str, inputs):
 def softmax(primitive, inputs, run):
     """``Softmax`` over ``axes`` on Metal: the output array (x's shape and dtype)."""
     x, d = _checked("softmax", inputs)
-    out = np.empty(x.shape, x.dtype)
+    out = empty(run, x.shape, x.dtype)
     if out.size == 0:
         return out
     rows, size, layout = row_layout(x.shape, tuple(primitive.axes), x, out)
@@ -126,7 +126,7 @@ def logsumexp(primitive, inputs, run):
     """``LogSumExp`` over ``axes`` on Metal: the output array."""
     x, d = _checked("logsumexp", inputs)
     axes = tuple(primitive.axes)
-    out = np.empty(rd.reduced_shape(x.shape, axes, primitive.keepdims), x.dtype)
+    out = empty(run, rd.reduced_shape(x.shape, axes, primitive.keepdims), x.dtype)
     if out.size == 0:
         return out
     rows, size, layout = row_layout(x.shape, axes, x)

@@ -35,7 +35,7 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import (PRELUDE, MAX_THREADGROUP, Dispatch, Library, bindable, instantiate,
+from .common import (empty, PRELUDE, MAX_THREADGROUP, Dispatch, Library, bindable, instantiate,
                      msl_type, row_layout, unsupported)
 
 __all__ = ["sort", "argsort", "partition", "argpartition", "LIBRARY", "DTYPES", "BLOCK"]
@@ -197,7 +197,7 @@ def _sorted(kernel: str, primitive, inputs, run, arg: bool):
     d = ldt.from_numpy(x.dtype)
     if d not in DTYPES:
         raise unsupported(kernel, d, DTYPES)
-    out = np.empty(x.shape, np.uint32 if arg else x.dtype)
+    out = empty(run, x.shape, np.uint32 if arg else x.dtype)
     if out.size == 0:
         return out
     axis = primitive.axis % x.ndim
