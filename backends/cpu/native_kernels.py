@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from lazyx.array import array
-from lazyx.dtypes import numpy_name as dtype_name
+from lazyx.dtypes import numpy_name
 
 _f32 = np.dtype(np.float32)
 _u16 = np.dtype(np.uint16)
@@ -124,7 +124,7 @@ def _row_kernel(by_dtype: dict, reference, reduces: bool):
     """
     def kernel(prim, inputs):
         x = inputs[0]
-        entry = by_dtype.get(dtype_name(x.dtype))
+        entry = by_dtype.get(numpy_name(x.dtype))
         if entry is None or not x.flags.c_contiguous or x.size == 0:
             return reference(prim, inputs)
         shape = x.shape

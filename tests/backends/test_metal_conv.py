@@ -19,12 +19,13 @@ import lazyx.core as mx
 from helpers import random_array, rng
 from lazyx.backends.cpu.kernels import conv as cpu_conv
 from lazyx.backends.metal import kernels
-from lazyx.backends.metal.kernels import conv, run_on_cpu
+from lazyx.backends.metal.kernels import conv
 from lazyx.backends.metal.kernels.common import UnsupportedDtype
 from lazyx.backends.metal.msl_cpu import shim_available
 from lazyx.errors import DtypeError
 from lazyx.plugins import conv as cv
 from test_metal_backend import on_metal  # noqa: F401  (the fixture: Metal emulated, stats at 0)
+from test_metal_kernels import SUBNORMAL, run, run_reversed  # the shim's two thread orders
 
 pytestmark = pytest.mark.skipif(not shim_available(), reason="no C++ compiler for the MSL shim")
 
@@ -33,17 +34,7 @@ F64 = np.float64
 DTYPES = ["float32", "float16", "bfloat16"]
 #: Relative error of one rounding to each dtype (the output's), with a little room.
 ROUNDING = {"float32": 2e-7, "float16": 1e-3, "bfloat16": 8e-3}
-#: The spacing of each dtype's subnormals near 0 (float16's start at 6e-5).
-SUBNORMAL = {"float32": 0.0, "float16": 2.0 ** -24, "bfloat16": 0.0}
 REFERENCE = cpu_conv.KERNELS[cv.Convolution]
-
-
-def run(dispatch):
-    run_on_cpu(dispatch)
-
-
-def run_reversed(dispatch):
-    run_on_cpu(dispatch, schedule="reverse")
 
 
 def prim(nd, strides=1, lo=0, hi=0, kdil=1, idil=1, groups=1, flip=False):

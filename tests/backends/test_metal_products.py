@@ -19,12 +19,13 @@ import pytest
 import lazyx.core as mx
 from helpers import random_array, rng
 from lazyx.backends.metal import kernels
-from lazyx.backends.metal.kernels import products, run_on_cpu
+from lazyx.backends.metal.kernels import products
 from lazyx.backends.metal.kernels.common import UnsupportedDtype
 from lazyx.backends.metal.msl_cpu import shim_available
 from lazyx.errors import DtypeError
 from lazyx.plugins import products as pr
 from test_metal_backend import on_metal  # noqa: F401  (the fixture: Metal emulated, stats at 0)
+from test_metal_kernels import SUBNORMAL, run, run_reversed  # the shim's two thread orders
 
 pytestmark = pytest.mark.skipif(not shim_available(), reason="no C++ compiler for the MSL shim")
 
@@ -33,16 +34,6 @@ F64 = np.float64
 DTYPES = ["float32", "float16", "bfloat16"]
 #: Relative error of one rounding to each dtype (the output's), with a little room.
 ROUNDING = {"float32": 2e-7, "float16": 1e-3, "bfloat16": 8e-3}
-#: The spacing of each dtype's subnormals near 0 (float16's start at 6e-5).
-SUBNORMAL = {"float32": 0.0, "float16": 2.0 ** -24, "bfloat16": 0.0}
-
-
-def run(dispatch):
-    run_on_cpu(dispatch)
-
-
-def run_reversed(dispatch):
-    run_on_cpu(dispatch, schedule="reverse")
 
 
 def _np(dtype):

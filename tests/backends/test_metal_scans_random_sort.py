@@ -22,13 +22,13 @@ import lazyx.core as mx
 from helpers import random_array, rng
 from lazyx.backends.cpu.kernels import random as cpu_random
 from lazyx.backends.metal import kernels
-from lazyx.backends.metal.kernels import UnsupportedDtype, random, run_on_cpu, scans, sorting
+from lazyx.backends.metal.kernels import UnsupportedDtype, random, scans, sorting
 from lazyx.backends.metal.msl_cpu import shim_available
 from lazyx.plugins import random as rd
 from lazyx.plugins import reductions as red
 from lazyx.plugins import sorting as so
 from test_metal_backend import on_metal  # noqa: F401 - the emulated backend, stats at zero
-from test_metal_kernels import layout    # contiguous, transposed and sliced views
+from test_metal_kernels import _dtype, layout, run, run_reversed  # views; the shim runners
 
 pytestmark = pytest.mark.skipif(not shim_available(), reason="no C++ compiler for the MSL shim")
 
@@ -37,18 +37,6 @@ F64 = np.float64
 HALVES = {"float16", "bfloat16"}
 #: Relative error of one rounding to each float dtype, with room for a tree's order.
 ROUNDING = {"float32": 2e-6, "float16": 1e-3, "bfloat16": 8e-3}
-
-
-def run(dispatch):
-    run_on_cpu(dispatch)
-
-
-def run_reversed(dispatch):
-    run_on_cpu(dispatch, schedule="reverse")
-
-
-def _dtype(name):
-    return getattr(mx, "bool_" if name == "bool" else name)
 
 
 # -- Scan -------------------------------------------------------------------------------------

@@ -12,9 +12,6 @@ _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _UINT8 = np.dtype(np.uint8)
 
-#: A NumPy dtype's name, cached (:func:`lazyx.dtypes.numpy_name`).
-dtype_name = _dt.numpy_name
-
 
 def bf16_as_float32(fn):
     """Run ``fn`` with bfloat16 inputs widened to float32 (exact) and round its float32
@@ -26,9 +23,9 @@ def bf16_as_float32(fn):
         return o.astype(_dt.bfloat16.np) if o.dtype == _F32 else o
 
     def kernel(p, ins):
-        if not any(dtype_name(x.dtype) == "bfloat16" for x in ins):
+        if not any(_dt.numpy_name(x.dtype) == "bfloat16" for x in ins):
             return fn(p, ins)
-        out = fn(p, [x.astype(_F32) if dtype_name(x.dtype) == "bfloat16" else x for x in ins])
+        out = fn(p, [x.astype(_F32) if _dt.numpy_name(x.dtype) == "bfloat16" else x for x in ins])
         return tuple(back(o) for o in out) if type(out) is tuple else back(out)
     return kernel
 

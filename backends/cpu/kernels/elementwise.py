@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import elementwise as ew
 
-from .common import bool_as_uint8, dtype_name
+from .common import bool_as_uint8
 
 #: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
 #: bfloat16 array exists).
@@ -29,7 +30,7 @@ def _in_float32(fn):
     """Compute a float16/bfloat16 input in float32 and round the result back."""
     def kernel(p, ins):
         x = ins[0]
-        if dtype_name(x.dtype) in _HALVES:
+        if numpy_name(x.dtype) in _HALVES:
             return fn(p, [x.astype(np.float32)]).astype(x.dtype)
         return fn(p, ins)
     return kernel
@@ -66,7 +67,7 @@ def _astype(p, ins):
     to = p.dtype
     if x.dtype.kind == "c" and to.kind != "c":
         x = x.real
-    elif dtype_name(x.dtype) == "bfloat16" and to.kind in "iu":
+    elif numpy_name(x.dtype) == "bfloat16" and to.kind in "iu":
         # As MLX (and float32): through float32, so -3 wraps to 253 in uint8; ml_dtypes'
         # own conversion gives 0 or wraps depending on its version.
         x = x.astype(np.float32)

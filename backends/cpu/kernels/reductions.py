@@ -6,9 +6,8 @@ scans that add or multiply), then round once to the output dtype.
 
 import numpy as np
 
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import reductions as rd
-
-from .common import dtype_name
 
 _f32 = np.dtype(np.float32)
 #: The half-precision dtypes by name (ml_dtypes, bfloat16's NumPy dtype, loads only once a
@@ -23,7 +22,7 @@ _SUM_NP = {k.np: v.np for k, v in rd.SUM_DTYPE.items()}
 def _accumulating(fn):
     def k(x, axes, keepdims):
         d = x.dtype
-        if dtype_name(d) in _HALF:
+        if numpy_name(d) in _HALF:
             return fn(x, axis=axes, dtype=_f32, keepdims=keepdims).astype(d)
         return fn(x, axis=axes, dtype=_SUM_NP.get(d, d), keepdims=keepdims)
     return k
@@ -74,7 +73,7 @@ def _finite_max(x, axes):
 def _logsumexp(p, ins):
     x = ins[0]
     d = x.dtype
-    if dtype_name(d) in _HALF:
+    if numpy_name(d) in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = _finite_max(x, p.axes)
@@ -87,7 +86,7 @@ def _logsumexp(p, ins):
 def _median(p, ins):
     x = ins[0]
     d = x.dtype
-    if dtype_name(d) in _HALF:
+    if numpy_name(d) in _HALF:
         x = x.astype(_f32)
     return np.asarray(np.median(x, axis=p.axes, keepdims=p.keepdims)).astype(d, copy=False)
 
@@ -95,7 +94,7 @@ def _median(p, ins):
 # -- Scan ------------------------------------------------------------------------
 def _cumsum(x, axis):
     d = x.dtype
-    if dtype_name(d) in _HALF:
+    if numpy_name(d) in _HALF:
         return np.cumsum(x, axis=axis, dtype=_f32).astype(d)
     return np.cumsum(x, axis=axis, dtype=d)
 
@@ -104,14 +103,14 @@ def _cumprod(x, axis):
     d = x.dtype
     if d.kind == "b":
         return np.logical_and.accumulate(x, axis=axis)
-    if dtype_name(d) in _HALF:
+    if numpy_name(d) in _HALF:
         return np.cumprod(x, axis=axis, dtype=_f32).astype(d)
     return np.cumprod(x, axis=axis, dtype=d)
 
 
 def _logcumsumexp(x, axis):
     d = x.dtype
-    if dtype_name(d) in _HALF:
+    if numpy_name(d) in _HALF:
         x = x.astype(_f32)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if x.dtype.kind == "c":

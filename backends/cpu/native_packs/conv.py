@@ -36,7 +36,7 @@ which accumulates them in complex / float32.
 from __future__ import annotations
 
 import numpy as np
-from lazyx.dtypes import numpy_name as dtype_name
+from lazyx.dtypes import numpy_name
 from lazyx.plugins.conv import Convolution
 
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -122,7 +122,7 @@ def kernels(native, reference) -> dict:
 
     def convolution(p, inputs):
         x, w = inputs
-        if (p.groups == 1 and dtype_name(x.dtype) in _DIRECT and w.dtype == x.dtype and x.size and w.size):
+        if (p.groups == 1 and numpy_name(x.dtype) in _DIRECT and w.dtype == x.dtype and x.size and w.size):
             out_shape = p.output_shapes(inputs)[0]
             if x.dtype != np.float32:  # float16, bfloat16: as the NumPy kernel, in float32
                 return implicit(p, x.astype(np.float32), w.astype(np.float32),

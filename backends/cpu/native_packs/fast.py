@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyx.backends.cpu.kernels import fast as ref
-from lazyx.dtypes import numpy_name as dtype_name
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import fast
 
 _u16 = np.dtype(np.uint16)
@@ -48,7 +48,7 @@ def _mask_and_sinks(p, ins):
 def kernels(native, reference) -> dict:
     def typed(x):
         """(suffix, view) for a native dtype and a non-empty input, else None."""
-        return _TYPES.get(dtype_name(x.dtype)) if x.size else None
+        return _TYPES.get(numpy_name(x.dtype)) if x.size else None
 
     def rms_norm(p, ins):
         x = ins[0]

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from lazyx.backends.cpu.kernels import matmuls as ref
-from lazyx.dtypes import numpy_name as dtype_name
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import matmuls as mm
 
 _u16 = np.dtype(np.uint16)
@@ -60,7 +60,7 @@ def _grouped_gather_mm(p, ins):
 def kernels(native, reference) -> dict:
     def hadamard(p, ins):
         x = ins[0]
-        kind = _TYPES.get(dtype_name(x.dtype))
+        kind = _TYPES.get(numpy_name(x.dtype))
         if kind is None:
             return reference[mm.Hadamard](p, ins)
         suffix, view = kind

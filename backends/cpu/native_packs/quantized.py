@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from lazyx.dtypes import numpy_name as dtype_name
+from lazyx.dtypes import numpy_name
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
@@ -45,9 +45,9 @@ def _weights(p, ins):
     if p.mode != "affine":
         kind = _CODES[p.mode]
     else:
-        if biases.dtype != scales.dtype or dtype_name(scales.dtype) not in _KIND:
+        if biases.dtype != scales.dtype or numpy_name(scales.dtype) not in _KIND:
             scales, biases = scales.astype(np.float32), biases.astype(np.float32)
-        kind = _KIND[dtype_name(scales.dtype)]
+        kind = _KIND[numpy_name(scales.dtype)]
     return w, _bytes(scales), None if biases is None else _bytes(biases), kind, lead
 
 
