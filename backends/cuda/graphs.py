@@ -242,11 +242,13 @@ def _launch(g: _Graph, inputs):
         if ref is not None and ref() is x:  # the static input holds x's bytes already
             host[r, 2] = 0
             continue
-        if not x.flags.c_contiguous:
+        if x.flags.c_contiguous:
+            last[r] = _weak(x)
+        else:  # a copy made for this call: never passed again
             x = cp.ascontiguousarray(x)
             keep.append(x)
+            last[r] = None
         host[r, 0], host[r, 2] = x.data.ptr, x.nbytes
-        last[r] = _weak(x) if not keep or keep[-1] is not x else None
     n = g.n_in
     fresh = []
     for o in g.statics:
