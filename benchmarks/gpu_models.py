@@ -13,7 +13,11 @@ its fused ``scaled_dot_product_attention``) and against a device-to-device copy
 - a 4-bit ``quantized_matmul`` of 1x4096 by 4096x4096 (decode-shaped; GB/s of packed
   weights, scales and biases read), against the copy's bandwidth: the bound; once as one
   eager call (what a call costs: the host's launch dominates) and once as 16 chained
-  products of 16 weights in one compiled call (a CUDA graph: the kernel's own pace).
+  products of 16 weights in one compiled call (a CUDA graph).
+
+The last rows time the GPU's work alone: CUDA events around calls queued behind a
+spinning kernel, so that the host's launch and wait are hidden (the kernels' own pace,
+which is what the bandwidth bound and PyTorch's kernels are compared with).
 
 Every timing waits for the GPU; medians of interleaved repeats after warm-ups. The
 "queued" rows run 10 calls before one wait (each side alike), so they time the GPU's
@@ -188,6 +192,63 @@ def main(argv=None):
          "torch bf16 matmuls (eager, queued)": tf(torch_chain),
          "memcpy (same bytes, r+w/2)": d2d(many)},
         work=chain * weight_bytes, unit="GB/s")
+
+    # -- GPU time per call ---------------------------------------------------------------
+    # CUDA events around calls queued behind a kernel that spins ~10 ms: the host enqueues
+    # while the GPU is busy, so the events time the GPU's work alone (the kernels' pace,
+    # without the host's launch and wait that the rows above hold). Decode products cycle
+    # through 16 weights (more than the L2 cache holds), as the copies cycle through 16
+    # buffers of the same bytes.
+    spin = cp.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+      const long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
+
+    def gpu_time(calls):
+        def timer(fns):
+            got = {}
+            for name, f in fns.items():
+                f(), f()  # warm-ups (compilation, plans, graphs)
+                per = []
+                for _ in range(7):
+                    start, end = cp.cuda.Event(), cp.cuda.Event()
+                    spin((1,), (1,), (np.int64(20_000_000),))
+                    start.record()
+                    f()
+                    end.record()
+                    end.synchronize()
+                    per.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / calls)
+                got[name] = float(np.median(per))
+            return got
+        return timer
+
+    cycled = [cp.empty(weight_bytes // 2, dtype=cp.uint16) for _ in range(chain)]
+    copies = [cp.empty_like(c) for c in cycled]
+
+    def lazyx_products():
+        for i in range(chain):
+            mx.eval(mx.quantized_matmul(xv, *flat[3 * i:3 * i + 3], transpose=True,
+                                        group_size=64, bits=4))
+
+    def torch_products():
+        for t in twc:
+            txv @ t.T
+
+    def memcpys():
+        for src, dst in zip(cycled, copies):
+            dst.data.copy_from_device_async(src.data, src.nbytes)
+    row("qmm 4-bit 1x4096.4096^2, GPU time per product (GB/s)",
+        {"lazyx": lazyx_products, "torch bf16 matmul": torch_products,
+         "memcpy (same bytes, r+w/2)": memcpys},
+        work=weight_bytes, unit="GB/s", timer=gpu_time(chain))
+    row("attention b8 h16 T2048 d128 causal bf16, GPU time (TFLOP/s)",
+        {"lazyx": lambda: mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=scale,
+                                                                       mask="causal")),
+         "torch": lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True,
+                                                         scale=scale)},
+        work=att_flops / 1e3, unit="TFLOP/s", timer=gpu_time(1))
+    row("conv2d 3x3 64->64 56^2 b32 bf16, GPU time (TFLOP/s)",
+        {"lazyx": lambda: mx.eval(mx.conv2d(x, w, padding=1)),
+         "torch": lambda: F.conv2d(tx_cl, tw_cl, padding=1)},
+        work=flops / 1e3, unit="TFLOP/s", timer=gpu_time(1))
 
     table.print(52)
 

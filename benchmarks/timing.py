@@ -98,12 +98,15 @@ class Table:
     def __init__(self, budget_s: float, rounds: int = 4):
         self.budget_s, self.rounds, self.rows = budget_s, rounds, []
 
-    def row(self, label: str, fns: dict, work=None, unit: str = "") -> None:
+    def row(self, label: str, fns: dict, work=None, unit: str = "", timer=None) -> None:
         """``fns``: ``{"lazyx": fn, peer: fn or None, ...}``; ``work / seconds / 1e9`` is
-        printed in ``unit`` when ``work`` is given."""
+        printed in ``unit`` when ``work`` is given. ``timer(fns)`` replaces the wall-clock
+        :func:`compare` where a row is timed otherwise (a GPU's events) and returns
+        ``{name: seconds}`` the same way."""
         fns = {k: v for k, v in fns.items() if v is not None}
         try:
-            t = compare(fns, budget_s=self.budget_s, rounds=self.rounds)
+            t = (timer(fns) if timer is not None
+                 else compare(fns, budget_s=self.budget_s, rounds=self.rounds))
         except Exception as exc:  # noqa: BLE001 - report and keep measuring the other rows
             self.rows.append((label, [f"failed: {type(exc).__name__}: {str(exc)[:160]}"],
                               float("nan"), ""))

@@ -15,6 +15,11 @@ float32.
   of row ``n`` (coalesced), decode them in registers, multiply with ``x`` and reduce
   with shuffles. For 3-, 5- and 6-bit values (which straddle words) the lanes walk
   values instead.
+* ``qmm_dec`` (``transpose``, affine, 2/4/8 bits, at most 16 rows of x): the decode
+  step's kernel. A block takes 4 output rows and its threads split K in 16-byte chunks,
+  so that x is read once per block and many loads are in flight; values are decoded by
+  moving their bits into the mantissa of 1.0 (no conversion instruction).
+* ``qmm_t4`` (``transpose``, the other fast widths and modes): x staged in shared memory.
 * ``qmm_n`` (rows of W are the K axis): one thread per output ``(p, m, n)``; a warp's
   adjacent ``n`` read the same packed words of each row ``k``.
 
@@ -202,55 +207,103 @@ __device__ __forceinline__ void load8(const typename X::S* p, float* f) {
   }
 }
 
-// Decode-shaped affine products (few rows of x): one warp per output value, each lane
-// reading 16 bytes of packed weights at a time (128 / BITS values, within one group) and
-// the matching x straight from global memory (the same x row serves every warp: it stays
-// in L1/L2). Per chunk: acc += s_g * (q . x) + b_g * sum(x). Needs 16-byte-aligned w and
-// x, C % 4 == 0, K % 8 == 0 and 128 / BITS <= gs.
-template <int BITS, typename X, typename SC>
-__global__ void qmm_dec(const typename X::S* x, const uint4* w, const typename SC::S* scales,
-                        const typename SC::S* biases, const long long* xi, const long long* wi,
-                        typename X::S* out, long long P, long long M, long long K, long long N,
-                        long long C, long long G, int gs, int has_b) {
-  constexpr int VPC = 128 / BITS, PER = 32 / BITS;
-  constexpr unsigned int mask = (1u << BITS) - 1u;
-  const int lane = threadIdx.x & 31;
-  const long long warp = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (warp >= P * M * N) return;
-  const long long n = warp % N, pm = warp / N, m = pm % M, p = pm / M;
+// A chunk of LW packed words loaded at once (16 or 8 bytes), and its word i (i a
+// compile-time constant once unrolled).
+template <int LW> struct Chunk;
+template <> struct Chunk<4> {
+  typedef uint4 T;
+  static __device__ __forceinline__ unsigned int word(const uint4& u, int i) {
+    return i == 0 ? u.x : (i == 1 ? u.y : (i == 2 ? u.z : u.w));
+  }
+  static __device__ __forceinline__ uint4 zero() { return make_uint4(0, 0, 0, 0); }
+};
+template <> struct Chunk<2> {
+  typedef uint2 T;
+  static __device__ __forceinline__ unsigned int word(const uint2& u, int i) { return i == 0 ? u.x : u.y; }
+  static __device__ __forceinline__ uint2 zero() { return make_uint2(0, 0); }
+};
+
+// Decode-shaped affine products (few rows of x). A block serves R output rows of one
+// (p, m) and its threads split K: thread t takes the chunks t, t + blockDim, ... (LW
+// packed words each, 32 LW / BITS values within one group) of all R rows, so the block
+// reads its x row once (into registers, eight values at a time) and a warp's weight
+// loads are 32 LW * 4 contiguous bytes; the R loads of a chunk are issued together. A
+// value q is decoded into the float f = 1 + q / 2^BITS by moving its bits into the
+// mantissa of 1.0 (a shift and a LOP3: no integer-to-float conversion), and
+//   s (q . x) + b sum(x) = (s 2^BITS) (f . x) + (b - s 2^BITS) sum(x)
+// per chunk. The threads' partial sums meet through warp shuffles and shared memory.
+// Needs w and x aligned to 16 bytes, C % LW == 0, K % 8 == 0 and 32 LW / BITS <= gs.
+template <int BITS, int R, int LW, typename X, typename SC>
+__global__ void __launch_bounds__(256) qmm_dec(
+    const typename X::S* x, const unsigned int* w, const typename SC::S* scales,
+    const typename SC::S* biases, const long long* xi, const long long* wi,
+    typename X::S* out, long long P, long long M, long long K, long long N,
+    long long C, long long G, int gs, int has_b) {
+  typedef Chunk<LW> CH;
+  constexpr int V = 32 * LW / BITS, PER = 32 / BITS;
+  constexpr unsigned int FIELD = ((1u << BITS) - 1u) << (23 - BITS);  // q's place in f
+  constexpr float UNIT = (float)(1 << BITS);
+  __shared__ float partial[8][R];  // [warp][row]: at most 256 threads
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  const long long pm = blockIdx.y, m = pm % M, p = pm / M;
+  const long long n0 = (long long)blockIdx.x * R;
+  const int rows = (int)min((long long)R, N - n0);
   const typename X::S* xr = x + (xi[p] * M + m) * K;
-  const long long wrow = wi[p] * N + n;
-  const uint4* row = w + wrow * (C / 4);
-  const typename SC::S* sr = scales + wrow * G;
-  const typename SC::S* br = has_b ? biases + wrow * G : nullptr;
+  const long long chunks = C / LW, first = wi[p] * N + n0;
+  const typename CH::T* wr = reinterpret_cast<const typename CH::T*>(w) + first * chunks;
+  const typename SC::S* sr = scales + first * G;
+  const typename SC::S* br = has_b ? biases + first * G : nullptr;
   const int gshift = __ffs(gs) - 1;
-  const long long chunks = C / 4;
-  float acc = 0.f;
-#pragma unroll 4
-  for (long long c = lane; c < chunks; c += 32) {
-    const uint4 u = __ldg(row + c);
-    const unsigned int words[4] = {u.x, u.y, u.z, u.w};
-    const long long k0 = c * VPC;
-    const long long g = k0 >> gshift;
-    float dot = 0.f, sx = 0.f;
+  float acc[R];
 #pragma unroll
-    for (int q8 = 0; q8 < VPC / 8; ++q8) {
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  for (long long c = threadIdx.x; c < chunks; c += blockDim.x) {
+    typename CH::T u[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) u[r] = r < rows ? __ldg(wr + r * chunks + c) : CH::zero();
+    const long long k0 = c * V;
+    float d[R], sx = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) d[r] = 0.f;
+#pragma unroll
+    for (int q8 = 0; q8 < V / 8; ++q8) {
       float xv[8];
       load8<X>(xr + k0 + q8 * 8, xv);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int v = q8 * 8 + i;
-        const unsigned int code = (words[v / PER] >> ((v % PER) * BITS)) & mask;
-        // code as a float without the quarter-rate I2F: 2^23 + code, minus 2^23
-        dot = fmaf(xv[i], __int_as_float(code | 0x4b000000u) - 8388608.f, dot);
-        sx += xv[i];
+      for (int i = 0; i < 8; ++i) sx += xv[i];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int v = q8 * 8 + i, at = (v % PER) * BITS, to = 23 - BITS;
+          const unsigned int word = CH::word(u[r], v / PER);
+          const unsigned int moved = to >= at ? word << (to - at) : word >> (at - to);
+          d[r] = fmaf(xv[i], __uint_as_float((moved & FIELD) | 0x3f800000u), d[r]);
+        }
       }
     }
-    acc = fmaf(SC::load(sr[g]), dot, acc);
-    if (has_b) acc = fmaf(SC::load(br[g]), sx, acc);
+    const long long g = k0 >> gshift;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < rows) {
+        const float su = SC::load(sr[r * G + g]) * UNIT;
+        const float b = has_b ? SC::load(br[r * G + g]) : 0.f;
+        acc[r] = fmaf(su, d[r], fmaf(b - su, sx, acc[r]));
+      }
+    }
   }
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) out[(p * M + m) * N + n] = X::store(acc);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float a = acc[r];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0) partial[wid][r] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float t = 0.f;
+    for (int j = 0; j < (int)(blockDim.x >> 5); ++j) t += partial[j][threadIdx.x];
+    out[(p * M + m) * N + n0 + threadIdx.x] = X::store(t);
+  }
 }
 """
 
@@ -259,9 +312,17 @@ _FAST = [(2, 0), (4, 0), (8, 0), (4, 1), (8, 2)]
 #: multiprocessors idle (a decode-shaped product of 4096 rows is 64 blocks of 64 rows:
 #: measured on an H200, the kernel then read its weights at ~160 GB/s).
 _ROWS, _FEW_ROWS, _ENOUGH_BLOCKS = 64, 8, 1024
-#: qmm_dec: the widths it takes, and the most rows of x (P * M) it serves (it reads x
-#: once per output value; past a few rows qmm_t4's staged x is cheaper).
+#: qmm_dec: the widths it takes, and the most rows of x (P * M) it serves (each row of x
+#: reads the weights again, from L2 after the first; past a few rows qmm_t4 is cheaper).
 _DEC_BITS, _DEC_ROWS = (2, 4, 8), 16
+#: qmm_dec's variants, (output rows per block R, packed words per load LW), the first
+#: launched where its chunk of 32 LW / BITS values fits in a group, else the second.
+#: Many threads in flight matter most for a decode-shaped product: measured on an H200
+#: (4096 x 4096 4-bit rows, 16 weights cycled, GPU time against a copy of the same
+#: bytes), R = 4, LW = 4 read at 0.78 of the copy's bandwidth; (8, 4) 0.58, (8, 2)
+#: 0.61, (4, 2) 0.68, (2, 2) 0.61, (16, 4) 0.45; qmm_t4 0.47.
+_DEC_VARIANTS = ((4, 4), (4, 2))
+_DEC = _DEC_VARIANTS[0]
 #: x's (and the output's) element type -> its struct in DTYPE_STRUCTS and the view the
 #: kernel takes; scales and biases are read in x's type when they have it, else float32.
 _X = {n: k for n, k in DTYPE_STRUCT_OF.items() if n != "float64"}
@@ -270,7 +331,8 @@ _KERNEL = CudaKernel(
     DTYPE_STRUCTS + _SOURCE, "lazyx.backends.cuda.quantized",
     name_expressions=[f"{k}<{x}, {sc}>" for k in ("qmm_t", "qmm_n") for x, sc in _PAIRS_OF_TYPES]
     + [f"qmm_t4<{b}, {m}, {x}, {sc}>" for b, m in _FAST for x, sc in _PAIRS_OF_TYPES]
-    + [f"qmm_dec<{b}, {x}, {sc}>" for b in _DEC_BITS for x, sc in _PAIRS_OF_TYPES])
+    + [f"qmm_dec<{b}, {r}, {lw}, {x}, {sc}>" for b in _DEC_BITS for r, lw in _DEC_VARIANTS
+       for x, sc in _PAIRS_OF_TYPES])
 _MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
 _E4M3 = []
 
@@ -346,11 +408,13 @@ def _run_planned(p, x, weights, xi, wi, key):
         threads = total * 32 if p.transpose else total
         block = (256,)
         fast = (p.bits, _MODE[p.mode])
+        rows, lw = _DEC if 32 * _DEC[1] // p.bits <= p.group_size else _DEC_VARIANTS[1]
         if (p.transpose and p.mode == "affine" and p.bits in _DEC_BITS and P * M <= _DEC_ROWS
-                and 128 // p.bits <= p.group_size and w.shape[-1] % 4 == 0 and k % 8 == 0
+                and 32 * lw // p.bits <= p.group_size and w.shape[-1] % lw == 0 and k % 8 == 0
                 and not (w.data.ptr | x.data.ptr) & 15):
-            fn = _KERNEL.function(f"qmm_dec<{p.bits}, {types}>")
-            grid, shared = (-(-total // 8),), 0
+            fn = _KERNEL.function(f"qmm_dec<{p.bits}, {rows}, {lw}, {types}>")
+            chunks = w.shape[-1] // lw
+            grid, block, shared = (-(-n // rows), P * M), (min(256, -(-chunks // 32) * 32),), 0
             tail = tail[:6] + (np.int32(p.group_size), tail[-1])
         # x rows staged as float32 in shared memory (K + G floats)
         elif p.transpose and fast in _FAST and (k + sc.shape[-1]) * 4 <= 48 * 1024:

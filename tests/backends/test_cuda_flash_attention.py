@@ -64,29 +64,37 @@ SHAPES = [
 ]
 
 
+#: Every kernel the launcher can choose: (kernel, query rows per block, keys per tile).
+KERNELS = [("flash_fwd", 64, 64), ("flash_fwd2", 128, 64), ("flash_fwd2", 128, 32)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k[0]}-{k[1]}x{k[2]}")
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("causal", [False, True], ids=["none", "causal"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_flash_matches_reference(flash, shape, causal, dtype, d):
+def test_flash_matches_reference(flash, shape, causal, dtype, d, kernel):
     import cupy as cp  # the GPU's array library; present once the skip did not fire
     np_dtype, tol = DTYPES[dtype]
     b, hq, hkv, tq, tk = shape
     q, k, v = _inputs(np.random.default_rng(sum(shape) + d), b, hq, hkv, tq, tk, d, np_dtype)
     scale = 1.0 / math.sqrt(d)
-    out = flash.flash_attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), scale, causal)
+    out = flash.flash_attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), scale, causal,
+                                kernel=kernel)
     assert out is not None, "the flash kernel should cover this case"
     assert out.shape == (b, hq, tq, d) and out.dtype == q.dtype
     got = cp.asnumpy(out).astype(np.float64)
     np.testing.assert_allclose(got, _reference(q, k, v, scale, causal), atol=tol, rtol=tol)
 
 
-def test_flash_long_causal_sequence(flash):
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k[0]}-{k[1]}x{k[2]}")
+def test_flash_long_causal_sequence(flash, kernel):
     # many key tiles per query tile: the online softmax's rescaling across 32 tiles
     import cupy as cp
     q, k, v = _inputs(np.random.default_rng(7), 1, 2, 1, 2048, 2048, 128, ml_dtypes.bfloat16)
     scale = 0.125
-    out = flash.flash_attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), scale, True)
+    out = flash.flash_attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), scale, True,
+                                kernel=kernel)
     np.testing.assert_allclose(cp.asnumpy(out).astype(np.float64),
                                _reference(q, k, v, scale, True), atol=3e-2, rtol=3e-2)
 
