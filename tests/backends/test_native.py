@@ -154,6 +154,46 @@ def test_kernels_called_from_several_threads_at_once(threads):
     assert not errors
 
 
+def test_parked_helpers_wake_for_the_next_kernel(threads):
+    # park_threads (called before BLAS products) sends spinning helpers to sleep; the
+    # next parallel kernels must still get every chunk done, parked or not, while
+    # another thread parks them at random moments.
+    threads(2)
+    x = random_array((13, 40_001), mx.float32, low=-20, high=20)
+    expected = softmax64(x)
+    stop = threading.Event()
+
+    def parker():
+        while not stop.is_set():
+            native.park_threads()
+
+    t = threading.Thread(target=parker)
+    t.start()
+    try:
+        for i in range(20):
+            if i % 3 == 0:
+                native.park_threads()
+            assert_matches(run_native("softmax", x, 40_001, False), expected)
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_products_park_the_helpers_before_blas(monkeypatch):
+    # The cpu backend's BLAS products park the pool's helpers (the work threshold
+    # skips small ones); the result is the product either way.
+    from lazyx.backends.cpu.kernels import products
+    calls = []
+    monkeypatch.setattr(products, "_park", lambda: calls.append(1))
+    a = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    out, _ = products._product(a, b)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert calls == [1]
+    products._product(a[:4, :8], b[:8, :4])
+    assert calls == [1]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_threaded_kernels_work_in_a_forked_child(threads):
     threads(2)

@@ -185,6 +185,9 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
         return lazyx::set_num_threads(n);
       },
       "n"_a, "Set the threads a kernel may use; returns the previous number.");
+  m.def("park_threads", &lazyx::park_threads,
+        "Helpers spinning for the next kernel sleep now (before a BLAS call: its threads "
+        "would share their cores).");
   // The generated kernels' call shim (lazyx/codegen/jit.py) splits their loops over this
   // pool too: one pool of helpers for every kernel, awake between back-to-back kernels.
   m.def(

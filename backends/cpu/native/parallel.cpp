@@ -77,6 +77,10 @@ class Pool {
     if (wake) cv_.notify_all();
   }
 
+  // Helpers spinning for the next kernel go to sleep now (the caller is about to run work
+  // with threads of its own, e.g. BLAS, whose cores they would take).
+  void park() { park_.fetch_add(1, std::memory_order_release); }
+
   void retire(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (job_ == job) job_.reset();
@@ -91,7 +95,9 @@ class Pool {
       // Spin a little before sleeping: kernels often come back to back, and
       // waking a sleeping thread (its idle vCPU) can take far longer than the work.
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
-      while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+      const uint64_t parked = park_.load(std::memory_order_acquire);
+      while (generation_.load(std::memory_order_acquire) == seen && park_.load(std::memory_order_acquire) == parked &&
+             std::chrono::steady_clock::now() < until) {
         for (int i = 0; i < 64; ++i) cpu_relax();
       }
       std::shared_ptr<Job> job;
@@ -115,6 +121,7 @@ class Pool {
   std::condition_variable cv_;
   std::shared_ptr<Job> job_;
   std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> park_{0};
   size_t sleepers_ = 0;
   size_t workers_ = 0;
 };
@@ -158,6 +165,8 @@ int num_threads() {
   }
   return n;
 }
+
+void park_threads() { pool().park(); }
 
 int set_num_threads(int n) {
   const int previous = num_threads();

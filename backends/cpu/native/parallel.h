@@ -23,6 +23,9 @@ constexpr size_t kMinWorkPerThread = 1 << 17;
 int default_num_threads();
 int num_threads();
 int set_num_threads(int n);  // returns the previous value
+// Helpers spinning for the next kernel sleep at once: called before work that runs on
+// threads of its own (BLAS), so that the spinning does not take their cores.
+void park_threads();
 
 namespace detail {
 using ChunkFn = void (*)(void* ctx, size_t begin, size_t end);
