@@ -25,6 +25,7 @@ from __future__ import annotations
 import cupy as cp
 from lazyx.backends.cpu.kernels.common import bf16_as_float32
 from lazyx.backends.cpu.kernels.conv import convolution_kernel
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import conv as cv
 
 from .cudnn import DATA_TYPES, CudnnError, forward_call, library
@@ -90,7 +91,7 @@ def _by_cudnn(p, x, w):
 
 def _convolution(p, inputs):
     x, w = inputs
-    if x.size and w.size and x.dtype.name in DATA_TYPES and library() is not None:
+    if x.size and w.size and numpy_name(x.dtype) in DATA_TYPES and library() is not None:
         try:
             return _by_cudnn(p, x, w)
         except CudnnError:  # a configuration cuDNN does not support: im2col serves

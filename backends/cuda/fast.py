@@ -32,6 +32,7 @@ import cupy as cp
 import numpy as np
 
 from lazyx.backends.cpu.kernels import fast as ref
+from lazyx.dtypes import numpy_name
 from lazyx.plugins import fast
 
 from . import gemm as _gemm
@@ -401,7 +402,7 @@ def _norm(layer: bool):
 
     def kernel(p, ins):
         x = ins[0]
-        kind = _TYPES.get(x.dtype.name)
+        kind = _TYPES.get(numpy_name(x.dtype))
         if kind is None or x.size == 0:
             return host(p, ins)
         tag, view = kind
@@ -444,7 +445,7 @@ def _norm_vjp(layer: bool):
 
     def kernel(p, ins):
         x, g = ins[0], ins[-1]
-        kind = _TYPES.get(x.dtype.name)
+        kind = _TYPES.get(numpy_name(x.dtype))
         if kind is None or x.size == 0:
             return host(p, ins)
         tag, view = kind
@@ -476,7 +477,7 @@ _rope_on_host, _attention_on_host, _cross_entropy_on_host = (
 
 def rope(p, ins):
     x, offset = ins[0], ins[1]
-    kind = _TYPES.get(x.dtype.name)
+    kind = _TYPES.get(numpy_name(x.dtype))
     if kind is None or x.size == 0:
         return _rope_on_host(p, ins)
     tag, view = kind
@@ -585,7 +586,7 @@ def _attention_tiled(p, ins):
 
 def attention(p, ins):
     q, k, v = ins[:3]
-    kind = _TYPES.get(q.dtype.name)
+    kind = _TYPES.get(numpy_name(q.dtype))
     if kind is None or q.size == 0 or k.shape[2] == 0 or q.shape[3] > _MAXD or v.shape[3] > _MAXD:
         return _attention_on_host(p, ins)
     if p.mask != "array" and not p.sinks:
@@ -614,7 +615,7 @@ def attention(p, ins):
 
 def cross_entropy(p, ins):
     logits, t = ins
-    kind = _TYPES.get(logits.dtype.name)
+    kind = _TYPES.get(numpy_name(logits.dtype))
     if kind is None or logits.size == 0:
         return _cross_entropy_on_host(p, ins)
     tag, view = kind
@@ -697,7 +698,7 @@ def attention_vjp(p, ins):
     take (float32, float16, bfloat16) while a row of scores fits the budget; float64 and
     longer rows run the NumPy kernel's tiled formulas on CuPy arrays."""
     q, k = ins[0], ins[1]
-    if (q.dtype.name in _TYPES and q.size and k.shape[2] and 4 * k.shape[2] <= SCORES_BUDGET):
+    if (numpy_name(q.dtype) in _TYPES and q.size and k.shape[2] and 4 * k.shape[2] <= SCORES_BUDGET):
         return _attention_vjp_tiled(p, ins)
     return ref.attention_vjp(p, ins, cp)
 

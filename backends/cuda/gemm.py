@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import ctypes
 
+from lazyx.dtypes import numpy_name
+
 from . import runtime as _rt
 
 __all__ = ["matmul", "capturing"]
@@ -106,7 +108,7 @@ def matmul(a, b):
     """``a @ b`` through cuBLAS for the layouts it takes, else None."""
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return None
-    t = _TYPES.get(a.dtype.name)
+    t = _TYPES.get(numpy_name(a.dtype))
     if t is None:
         return None
     m, k = a.shape[-2], a.shape[-1]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 from lazyx.backends.cpu.kernels import quantized as ref
+from lazyx.dtypes import numpy_name
 from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
@@ -231,7 +232,7 @@ template <> struct Chunk<2> {
 // value q is decoded into the float f = 1 + q / 2^BITS by moving its bits into the
 // mantissa of 1.0 (a shift and a LOP3: no integer-to-float conversion), and
 //   s (q . x) + b sum(x) = (s 2^BITS) (f . x) + (b - s 2^BITS) sum(x)
-// per chunk. The threads' partial sums meet through warp shuffles and shared memory.
+// per chunk (16-bit x; float32 x decodes q exactly, see EXACT). The threads' partial sums meet through warp shuffles and shared memory.
 // Needs w and x aligned to 16 bytes, C % LW == 0, K % 8 == 0 and 32 LW / BITS <= gs.
 template <int BITS, int R, int LW, typename X, typename SC>
 __global__ void __launch_bounds__(256) qmm_dec(
@@ -243,6 +244,10 @@ __global__ void __launch_bounds__(256) qmm_dec(
   constexpr int V = 32 * LW / BITS, PER = 32 / BITS;
   constexpr unsigned int FIELD = ((1u << BITS) - 1u) << (23 - BITS);  // q's place in f
   constexpr float UNIT = (float)(1 << BITS);
+  // float32 x: q decoded exactly (one more instruction per value), as the float64-close
+  // results of a float32 product want; the mantissa form's (f . x - sum x) cancels a
+  // few bits, below what a 16-bit x and output keep.
+  constexpr bool EXACT = sizeof(typename X::S) == 4;
   __shared__ float partial[8][R];  // [warp][row]: at most 256 threads
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const long long pm = blockIdx.y, m = pm % M, p = pm / M;
@@ -277,8 +282,14 @@ __global__ void __launch_bounds__(256) qmm_dec(
         for (int i = 0; i < 8; ++i) {
           const int v = q8 * 8 + i, at = (v % PER) * BITS, to = 23 - BITS;
           const unsigned int word = CH::word(u[r], v / PER);
-          const unsigned int moved = to >= at ? word << (to - at) : word >> (at - to);
-          d[r] = fmaf(xv[i], __uint_as_float((moved & FIELD) | 0x3f800000u), d[r]);
+          float f;
+          if (EXACT) {  // q itself: 2^23 + q, minus 2^23
+            f = __uint_as_float(((word >> at) & ((1u << BITS) - 1u)) | 0x4b000000u) - 8388608.f;
+          } else {
+            const unsigned int moved = to >= at ? word << (to - at) : word >> (at - to);
+            f = __uint_as_float((moved & FIELD) | 0x3f800000u);
+          }
+          d[r] = fmaf(xv[i], f, d[r]);
         }
       }
     }
@@ -286,9 +297,9 @@ __global__ void __launch_bounds__(256) qmm_dec(
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r < rows) {
-        const float su = SC::load(sr[r * G + g]) * UNIT;
+        const float sc = SC::load(sr[r * G + g]), su = EXACT ? sc : sc * UNIT;
         const float b = has_b ? SC::load(br[r * G + g]) : 0.f;
-        acc[r] = fmaf(su, d[r], fmaf(b - su, sx, acc[r]));
+        acc[r] = fmaf(su, d[r], fmaf(EXACT ? b : b - su, sx, acc[r]));
       }
     }
   }
@@ -374,7 +385,7 @@ def _run(p, x, weights, xi, wi):
 
 
 def _run_planned(p, x, weights, xi, wi, key):
-    xt = _X.get(x.dtype.name)
+    xt = _X.get(numpy_name(x.dtype))
     if xt is None:  # float64 and the rest: through float32
         return _run(p, x.astype(cp.float32), weights, xi, wi).astype(x.dtype)
     w = weights[0] if weights[0].dtype == cp.uint32 else weights[0].astype(cp.uint32)
@@ -384,7 +395,7 @@ def _run_planned(p, x, weights, xi, wi, key):
     if sc.dtype != x.dtype or (bi is not None and bi.dtype != x.dtype):
         sc = sc.astype(cp.float32)
         bi = None if bi is None else bi.astype(cp.float32)
-    st = _X[sc.dtype.name]
+    st = _X[numpy_name(sc.dtype)]
     # Operands the kernel reads as given (no conversion, no copy): later calls of this
     # layout launch from _LAUNCHES.
     as_given = (w.data.ptr == weights[0].data.ptr and sc.data.ptr == weights[1].data.ptr

@@ -27,6 +27,7 @@ import numpy as np
 
 from lazyx.backends.cpu.kernels import products as np_products
 from lazyx.backends.cpu.kernels import reductions as np_reductions
+from lazyx.dtypes import numpy_name
 
 from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel
 
@@ -172,7 +173,7 @@ def _launch(name, tag, xs, out, rows, n):
 
 def softmax(p, ins):
     x = ins[0]
-    kind = _TYPES.get(x.dtype.name)
+    kind = _TYPES.get(numpy_name(x.dtype))
     shape = _rows(x, p.axes) if kind is not None else None
     if shape is None:
         return np_products._softmax(p, ins)  # runs on CuPy arrays
@@ -186,7 +187,7 @@ def softmax(p, ins):
 
 def logsumexp(p, ins):
     x = ins[0]
-    kind = _TYPES.get(x.dtype.name)
+    kind = _TYPES.get(numpy_name(x.dtype))
     shape = _rows(x, p.axes) if kind is not None else None
     if shape is None:
         return np_reductions._logsumexp(p, ins)
@@ -209,7 +210,7 @@ def column_sum(x, out_dtype=None):
     of :data:`_TYPES`): shape ``(n,)``, ``x``'s dtype unless ``out_dtype`` (float32 or
     ``x``'s) is given. float16 and bfloat16 accumulate in float32."""
     rows, n = x.shape
-    tag, view = _TYPES[x.dtype.name]
+    tag, view = _TYPES[numpy_name(x.dtype)]
     compute = cp.float64 if x.dtype == np.float64 else cp.float32
     out_dtype = np.dtype(out_dtype or x.dtype)
     out = cp.empty((n,), out_dtype)
@@ -239,7 +240,7 @@ def reduce(p, ins):
     """The ``Reduce`` kernel: sums over leading axes of a contiguous float array as
     :func:`column_sum`; everything else the NumPy kernel on CuPy arrays."""
     x = ins[0]
-    if p.op == "sum" and x.dtype.name in _TYPES and x.size and x.flags.c_contiguous:
+    if p.op == "sum" and numpy_name(x.dtype) in _TYPES and x.size and x.flags.c_contiguous:
         nd, axes = x.ndim, p.axes
         k = len(axes)
         if 0 < k < nd and sorted(a % nd for a in axes) == list(range(k)):
