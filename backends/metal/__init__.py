@@ -123,6 +123,7 @@ def _cpu_fallback(cls):
                 f"kernel on the same memory.")
         stats["cpu_fallback"] += 1
         by_primitive[name] = by_primitive.get(name, 0) + 1
+        runtime.wait_all()  # the inputs may still be being written by queued GPU work
         return dispatch_tables()[0][cpu][cls](prim, inputs)
 
     kernel.provider = CPU_FALLBACK
@@ -228,8 +229,19 @@ class MetalBackend(Backend):
         """Ask again whether Metal is available (after :func:`emulate_on_cpu`)."""
         self._availability = None
 
+    # -- evaluations: one command buffer each, waited for at a read (:mod:`.runtime`) ----
+    def enter_eval(self):
+        runtime.begin_batch()
+
+    def exit_eval(self, token) -> None:
+        runtime.end_batch()
+
+    def synchronize(self, stream) -> None:
+        runtime.wait_all()
+
     # -- memory: the shared MTLBuffers arrays live in (:mod:`.runtime`) ------------------
     def memory_stats(self) -> dict:
+        runtime.wait_all()  # buffers of finished work are what the figures count
         return runtime.memory_stats()
 
     def reset_peak_memory(self) -> None:

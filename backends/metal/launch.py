@@ -70,8 +70,9 @@ class Launch:
         return self.outputs or (self.output,)
 
 
-def plan_for_primitive(kernel, primitive, inputs) -> Launch:
-    """The launch that runs ``primitive`` on ``inputs`` (NumPy arrays)."""
+def plan_for_primitive(kernel, primitive, inputs, empty=np.empty) -> Launch:
+    """The launch that runs ``primitive`` on ``inputs`` (NumPy arrays); its output
+    allocated by ``empty(shape, dtype)`` (the runtime's shared buffers on a GPU)."""
     if kernel.out_dtype is not None:
         out_dtype = ldt.to_dtype(kernel.out_dtype(tuple(ldt.from_numpy(a.dtype) for a in inputs)))
     else:
@@ -83,10 +84,10 @@ def plan_for_primitive(kernel, primitive, inputs) -> Launch:
             raise ArgumentError(f"{kernel.label} needs constant {name!r}, which primitive "
                                 f"{primitive.name} does not have.")
         constants[name] = getattr(primitive, name)
-    return plan_launch(kernel, inputs, shape, out_dtype, constants)
+    return plan_launch(kernel, inputs, shape, out_dtype, constants, empty)
 
 
-def plan_launch(kernel, inputs, out_shape, out_dtype, constants: dict) -> Launch:
+def plan_launch(kernel, inputs, out_shape, out_dtype, constants: dict, empty=np.empty) -> Launch:
     """Decide the kernel function, the contents of each buffer and the grid.
 
     Args:
@@ -95,6 +96,8 @@ def plan_launch(kernel, inputs, out_shape, out_dtype, constants: dict) -> Launch
         out_shape: The output's shape.
         out_dtype: The output's dtype (a lazyx or NumPy dtype).
         constants: ``{name: value}`` for every constant the kernel declares.
+        empty: allocates the output, ``empty(shape, dtype)``: NumPy's, or the runtime's
+          shared ``MTLBuffer`` memory (which the GPU writes in place: nothing copied back).
 
     Returns:
         Launch: what to bind and how many threads to run.
@@ -122,10 +125,11 @@ def plan_launch(kernel, inputs, out_shape, out_dtype, constants: dict) -> Launch
     layout = "contiguous" if all(a.shape == out_shape and a.flags.c_contiguous
                                  for a in arrays) else "general"
     function = kernel.function_name(out_dtype, layout)
-    out = np.empty(out_shape, out_dtype.np)
-    if out.size > _MAX_GRID or any(n > np.iinfo(np.int32).max for n in out_shape):
+    size = int(np.prod(out_shape, dtype=np.int64))
+    if size > _MAX_GRID or any(n > np.iinfo(np.int32).max for n in out_shape):
         raise ArgumentError(f"{kernel.label}: an output of shape {out_shape} needs more threads "
                             f"than one Metal grid holds ({_MAX_GRID}).")
+    out = empty(out_shape, out_dtype.np)
     named = {name: a for name, a in zip(kernel.inputs, arrays)}
     named[kernel.output] = out
     for name, d in kernel.constants.items():

@@ -12,7 +12,7 @@ figures, argument binding, command encoding — against a fake of PyObjC's Metal
 own behaviour (``contents().as_buffer(n)`` giving a writable view of the buffer's memory,
 ``MTLSize`` conversion) and the GPU's.
 
-Two entry points touch the GPU, both through :func:`_encode_and_wait`:
+Two entry points touch the GPU, both through :func:`_encode`:
 :func:`execute` runs a planned :class:`~lazyx.backends.metal.launch.Launch` (one
 thread per element, threadgroups as wide as the pipeline allows), and
 :func:`dispatch` a built-in kernel's :class:`~lazyx.backends.metal.kernels.Dispatch`
@@ -32,14 +32,21 @@ launch binds an argument that lives in a shared buffer as that buffer at the vie
 offset — a kernel's output fed to the next kernel is not copied — and copies any other
 NumPy argument as before: into a new shared buffer (written ones copied back after the
 command buffer completes), or with ``setBytes`` when small. Built-in kernels allocate
-their outputs here too (``dispatch.empty``, through ``kernels.common.empty``); plugins'
-:class:`MetalKernel` launches still allocate theirs with NumPy, so those are copied back.
+their outputs here too (``dispatch.empty``, through ``kernels.common.empty``), and so do
+plugins' :class:`MetalKernel` launches (:func:`run` plans them with :func:`empty`).
 
-**Synchronous.** Each launch is one command buffer, committed and waited for: the
-launchers read some outputs on the host right after a dispatch (an indexing kernel's
-bounds flag), and the scheduler tells only the CPU backend where an evaluation begins
-and ends, so batching command buffers per evaluation and waiting only at a read is
-later work (see docs/codegen.md).
+**Batched, waited for at a read.** An evaluation's launches go into one command buffer
+(one compute encoder per launch; :func:`begin_batch` / :func:`end_batch` from the
+backend's ``enter_eval`` / ``exit_eval``), committed when the evaluation ends and not
+waited for: the host goes on building the next graph while the GPU runs. The first read
+waits (:func:`wait_all`): ``lazyx.backend.host_fences`` holds this module's fence, which
+a read of an array (``np.asarray``, ``item``, printing), a CPU kernel (a node on the CPU
+stream, the backend's CPU fallbacks), ``synchronize`` and the memory figures run first.
+A launch whose written buffer lives outside a shared ``MTLBuffer`` (the launcher reads
+it on the host next: an indexing kernel's bounds flag) commits and waits at once, as
+does any launch outside an evaluation. Command buffers of one queue run in the order
+they are committed, and encoders in a command buffer in the order they were encoded, so
+a pooled buffer handed to a later launch is written only after the earlier ones read it.
 
 **Emulation.** :func:`set_emulation` replaces the GPU by the CPU shim: the backend
 reports itself available and :func:`execute` and :func:`dispatch` run the MSL
@@ -54,16 +61,18 @@ import ctypes
 import platform
 import sys
 import threading
+import weakref
 
 import numpy as np
 
+from lazyx import backend as _framework
 from lazyx.errors import BackendError, KernelCompileError, OutOfMemoryError
 
 from .launch import plan_for_primitive
 
 __all__ = ["availability", "run", "execute", "dispatch", "MetalCompileError", "set_emulation",
            "emulating", "empty", "SharedBuffer", "shared_buffer_of", "memory_stats",
-           "reset_peak_memory", "clear_cache"]
+           "reset_peak_memory", "clear_cache", "begin_batch", "end_batch", "wait_all", "pending"]
 
 INSTALL_HINT = "pip install pyobjc-framework-Metal"
 
@@ -166,6 +175,105 @@ def _describe(error) -> str:
     return str(error.localizedDescription()) if error is not None else "(no error given)"
 
 
+# -- command batching: one command buffer per evaluation, waited for at a read ------------
+class _Batch:
+    """A command buffer being encoded or running: the buffers it binds (kept alive until
+    it completes), the written NumPy arrays to copy its results into, the launches'
+    names (for an error)."""
+
+    __slots__ = ("commands", "keep", "copies", "labels", "outputs")
+
+    def __init__(self, commands):
+        self.commands, self.keep, self.copies, self.labels = commands, [], [], []
+        self.outputs = []  # the shared buffers its launches write in place
+
+
+_batch = {"depth": 0, "open": None}  # evaluations entered; the command buffer encoding
+_inflight: list = []                 # committed command buffers, not yet waited for
+_fence_installed = [False]
+#: Shared buffers a failed command buffer was to write: a read of an array in one raises
+#: its error (every time: the bytes are not the results).
+_failed = weakref.WeakKeyDictionary()
+
+
+def begin_batch() -> None:
+    """An evaluation starts (the backend's ``enter_eval``): its launches go into one
+    command buffer."""
+    _batch["depth"] += 1
+
+
+def end_batch() -> None:
+    """An evaluation ends (``exit_eval``): its command buffer is committed, not waited
+    for; the first read of a result waits (:func:`wait_all`)."""
+    _batch["depth"] -= 1
+    if _batch["depth"] <= 0:
+        _batch["depth"] = 0
+        _commit()
+
+
+def _commit() -> None:
+    batch, _batch["open"] = _batch["open"], None
+    if batch is not None:
+        batch.commands.commit()
+        _inflight.append(batch)
+
+
+def discard_pending() -> None:
+    """Forget the work encoded and in flight without waiting (tests that replace the Metal
+    objects between them; a real queue finishes its work regardless)."""
+    _batch["depth"], _batch["open"] = 0, None
+    _inflight.clear()
+
+
+def pending() -> bool:
+    """Whether GPU work was encoded or committed and not yet waited for."""
+    return bool(_inflight) or _batch["open"] is not None
+
+
+def wait_all() -> None:
+    """Commit what is encoded and wait for every command buffer in flight, in order;
+    copy results that live outside shared buffers back; raise the first GPU error."""
+    _commit()
+    error = None
+    while _inflight:
+        batch = _inflight.pop(0)
+        commands = batch.commands
+        commands.waitUntilCompleted()
+        if commands.error() is not None:
+            failure = BackendError(
+                f"{', '.join(batch.labels)} failed on the GPU: {_describe(commands.error())}")
+            for owner in batch.outputs:
+                _failed[owner] = failure
+            error = error or failure
+            continue
+        for buf, a in batch.copies:
+            # contents() is the shared buffer's CPU address: copy the kernel's output out.
+            raw = buf.contents().as_buffer(a.nbytes)
+            a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
+    if error is not None:
+        raise error
+
+
+def _fence(buf=None) -> None:
+    if _inflight or _batch["open"] is not None:
+        wait_all()
+    if _failed and type(buf) is np.ndarray:
+        owner = shared_buffer_of(buf)
+        failure = _failed.get(owner) if owner is not None else None
+        if failure is not None:
+            raise failure
+
+
+def _install_fence() -> None:
+    """Host code reads shared buffers directly (unified memory): the first GPU launch
+    registers :func:`wait_all` as a host fence (``lazyx.backend.host_fences``) that a read
+    of an array and a CPU kernel run first; a read of an array a failed command buffer
+    was to write raises that failure."""
+    if not _fence_installed[0]:
+        _framework.host_fences.append(_fence)
+        _fence_installed[0] = True
+
+
 # -- shared buffers: arrays in MTLBuffers that NumPy views without a copy -----------------
 _ALIGN = 256                    # pooled lengths round up to this (reuse across close sizes)
 _pool: dict = {}                # length -> [MTLBuffer] free for reuse
@@ -179,10 +287,10 @@ class SharedBuffer:
     """One shared ``MTLBuffer`` as NumPy sees it: ``np.asarray(owner)`` is a uint8 view of
     its ``length`` bytes at ``address`` (the buffer's ``contents()``), with the owner as
     its ``base``; every array :func:`empty` makes from it keeps it alive. When the last
-    view dies the ``MTLBuffer`` goes back to the pool (the launch that wrote it has
-    completed: launches are synchronous)."""
+    view dies the ``MTLBuffer`` goes back to the pool (GPU work encoded since then runs
+    after the launches that used it: see the module docstring)."""
 
-    __slots__ = ("mtl", "length", "address", "_bytes", "_anchor")
+    __slots__ = ("mtl", "length", "address", "_bytes", "_anchor", "__weakref__")
 
     def __init__(self, mtl, length: int):
         self.mtl, self.length = mtl, length
@@ -296,20 +404,22 @@ def run(kernel, primitive, inputs):
     ok, reason = availability()
     if not ok:
         raise BackendError(f"Cannot run {kernel.label} on Metal: {reason}")
-    return execute(kernel, plan_for_primitive(kernel, primitive, inputs))
+    return execute(kernel, plan_for_primitive(kernel, primitive, inputs, empty))
 
 
 def execute(kernel, launch):
     """Run a planned launch of ``kernel`` (an object with ``source`` and ``label``): bind
-    ``launch.buffers[i]`` to ``[[buffer(i)]]``, dispatch ``launch.grid`` threads, wait,
-    and copy the buffers it writes (``launch.written()``) back. Returns ``launch.output``."""
+    ``launch.buffers[i]`` to ``[[buffer(i)]]``, dispatch ``launch.grid`` threads (in the
+    evaluation's command buffer, see :func:`_encode`); the buffers it writes
+    (``launch.written()``) hold the results once the work is waited for. Returns
+    ``launch.output``."""
     if launch.grid == 0:
         return launch.output
     if _emulated:
         from . import msl_cpu  # the C++ toolchain: only when emulating
         return msl_cpu.launch_on_cpu(kernel, launch)
-    _encode_and_wait(kernel, launch.function, launch.buffers, launch.written(),
-                     (launch.grid, 1, 1), None, ())
+    _encode(kernel, launch.function, launch.buffers, launch.written(), (launch.grid, 1, 1),
+            None, ())
     return launch.output
 
 
@@ -318,8 +428,9 @@ def dispatch(d) -> None:
     ``run`` the backend hands the launchers of :data:`lazyx.backends.metal.kernels.KERNELS`):
     Metal's ``dispatchThreads(d.grid, d.threadgroup)`` of function ``d.function`` of
     ``d.library``, ``d.buffers[n]`` bound to ``[[buffer(n)]]``, threadgroup memory of
-    ``d.threadgroup_memory[n]`` bytes at ``[[threadgroup(n)]]``; waits, and copies the
-    buffers ``d.writes`` names back into their NumPy arrays. Emulated: the same dispatch
+    ``d.threadgroup_memory[n]`` bytes at ``[[threadgroup(n)]]``, in the evaluation's command
+    buffer (:func:`_encode`); the buffers ``d.writes`` names that live outside shared
+    memory are waited for and copied back at once. Emulated: the same dispatch
     through the shim (:func:`lazyx.backends.metal.msl_cpu.dispatch_on_cpu`)."""
     if 0 in tuple(d.grid):
         return
@@ -328,8 +439,8 @@ def dispatch(d) -> None:
         msl_cpu.dispatch_on_cpu(d.library, d.function, d.buffers, d.grid, d.threadgroup,
                                 threadgroup_memory=d.threadgroup_memory)
         return
-    _encode_and_wait(d.library, d.function, d.buffers, [d.buffers[i] for i in d.writes],
-                     _three(d.grid), _three(d.threadgroup), tuple(d.threadgroup_memory))
+    _encode(d.library, d.function, d.buffers, [d.buffers[i] for i in d.writes], _three(d.grid),
+            _three(d.threadgroup), tuple(d.threadgroup_memory))
 
 
 #: The built-in kernels' launchers allocate their outputs through their ``run``'s
@@ -342,10 +453,14 @@ def _three(sizes) -> tuple:
     return tuple(int(n) for n in sizes) + (1,) * (3 - len(sizes))
 
 
-def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threadgroup,
-                     threadgroup_memory: tuple) -> None:
-    """One compute command on the GPU: bind, dispatch, commit, wait, copy back (only the
-    written buffers that did not live in a shared ``MTLBuffer`` already).
+def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
+            threadgroup_memory: tuple) -> None:
+    """One compute command on the GPU: bind, dispatch, and leave it in the evaluation's
+    command buffer (:func:`begin_batch`), committed when the evaluation ends and waited
+    for at the first read (:func:`wait_all`). Outside an evaluation, and when a written
+    buffer does not live in a shared ``MTLBuffer`` (it is copied back after completion:
+    the launcher reads it next, as an indexing kernel's bounds flag), the work queued so
+    far is committed and waited for at once.
 
     ``grid`` counts threads per dimension; ``threadgroup`` is the threads per threadgroup
     (None: as many along x as the pipeline allows, up to the grid's width). **Untested
@@ -362,9 +477,14 @@ def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threa
         raise BackendError(f"{kernel.label} ({function}) needs threadgroups of {threadgroup} "
                            f"threads; this GPU's pipeline for it allows {limit}.")
     shared = Metal.MTLResourceStorageModeShared
-    # One command buffer per launch, one compute encoder in it (MTLCommandBuffer,
-    # computeCommandEncoder); the pipeline state selects the kernel function.
-    commands = queue.commandBuffer()
+    # The evaluation's command buffer (MTLCommandBuffer), one compute encoder per launch
+    # in it: encoders of a command buffer run in order, each seeing the writes of the
+    # ones before (the queue tracks hazards on its buffers); the pipeline state selects
+    # the kernel function.
+    batch = _batch["open"]
+    if batch is None:
+        batch = _batch["open"] = _Batch(queue.commandBuffer())
+    commands = batch.commands
     encoder = commands.computeCommandEncoder()
     encoder.setComputePipelineState_(pipeline)
     keep, copies = [], []
@@ -379,14 +499,20 @@ def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threa
             if offset % 4 == 0:
                 encoder.setBuffer_offset_atIndex_(owner.mtl, offset, index)
                 keep.append(owner)
+                if any(a is w for w in written):
+                    batch.outputs.append(owner)
                 continue
         if any(a is w for w in written):
             # Written arrays are C-contiguous: a buffer of their size holding their current
             # bytes (a scatter's copy of its input, a concatenation's earlier blocks, an
-            # error flag's zero are read before they are written), read back below.
-            buf = device.newBufferWithBytes_length_options_(a.tobytes() or b"\0" * 4,
-                                                            max(a.nbytes, 4), shared)
-            copies.append((buf, a))
+            # error flag's zero are read before they are written), read back after the
+            # wait. An array bound at several indices (an indexing kernel's error flag
+            # also fills its unused slots) is one buffer, read back once.
+            buf = next((b for b, w in copies if w is a), None)
+            if buf is None:
+                buf = device.newBufferWithBytes_length_options_(a.tobytes() or b"\0" * 4,
+                                                                max(a.nbytes, 4), shared)
+                copies.append((buf, a))
             offset = 0
         else:
             data, offset = _span(a)
@@ -409,13 +535,9 @@ def _encode_and_wait(kernel, function: str, buffers, written, grid: tuple, threa
     # the threadgroups at the grid's edges (non-uniform threadgroups, Apple GPUs).
     encoder.dispatchThreads_threadsPerThreadgroup_(_size(Metal, grid), _size(Metal, threadgroup))
     encoder.endEncoding()
-    commands.commit()
-    commands.waitUntilCompleted()
-    if commands.error() is not None:
-        raise BackendError(f"{kernel.label} ({function}) failed on the GPU: "
-                           f"{_describe(commands.error())}")
-    for buf, a in copies:
-        # contents() is the shared buffer's CPU address: copy the kernel's output out.
-        raw = buf.contents().as_buffer(a.nbytes)
-        a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
-    del keep
+    batch.keep += keep
+    batch.copies += copies
+    batch.labels.append(f"{kernel.label} ({function})")
+    _install_fence()
+    if not _batch["depth"] or copies:
+        wait_all()

@@ -104,6 +104,8 @@ class array:
         d = self._data
         if type(d) is not _ndarray:
             d = _backend.to_host(d)
+        elif _backend.host_fences:  # a device may still be writing it (unified memory)
+            _backend.host_fence(d)
         return d
 
     def __array__(self, dtype=None, copy=None):

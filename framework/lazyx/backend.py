@@ -100,10 +100,13 @@ class Backend:
         if self.device_type is not DeviceType.cpu or not _device_backend_available():
             return fn
 
+        fences = host_fences
         if getattr(fn, "donates", False):
             # A compiled plan passes donors only to kernels that take them (transforms.compile);
             # a host copy made here owns its memory, so donating it is as safe as the original.
             def kernel(prim, inputs, donors=()):
+                if fences:
+                    host_fence()
                 for i, x in enumerate(inputs):
                     if type(x) is not np.ndarray:
                         inputs[i] = to_host(x)
@@ -111,6 +114,8 @@ class Backend:
             kernel.donates = True
         else:
             def kernel(prim, inputs):
+                if fences:  # device work writing memory the host reads directly (Metal)
+                    host_fence()
                 for i, x in enumerate(inputs):
                     if type(x) is not np.ndarray:
                         inputs[i] = to_host(x)
@@ -371,8 +376,44 @@ def dispatch_tables() -> tuple[list, Backend]:
             if table is None:
                 table = b.__dict__["_table"] = _KernelTable(b)
             tables[dt.value] = table
-        t = _tables = (tables, backend_for(DeviceType.cpu))
+        cpu = backend_for(DeviceType.cpu)
+        # Device backends that mark evaluations (the Metal backend batches an
+        # evaluation's launches into one command buffer) are told with the CPU backend.
+        hooks = []
+        for dt in DeviceType:
+            if dt is DeviceType.cpu or tables[dt.value] is None:
+                continue
+            b = tables[dt.value].backend
+            if type(b).enter_eval is not Backend.enter_eval or \
+                    type(b).exit_eval is not Backend.exit_eval:
+                hooks.append(b)
+        t = _tables = (tables, _EvalScope(cpu, hooks) if hooks else cpu)
     return t
+
+
+class _EvalScope:
+    """The CPU backend's ``enter_eval``/``exit_eval`` and those of the device backends
+    that mark evaluations, as one (what :func:`dispatch_tables` hands the scheduler
+    when there are such backends)."""
+
+    __slots__ = ("cpu", "devices")
+
+    def __init__(self, cpu, devices):
+        self.cpu, self.devices = cpu, tuple(devices)
+
+    def enter_eval(self):
+        return self.cpu.enter_eval(), [b.enter_eval() for b in self.devices]
+
+    def exit_eval(self, token) -> None:
+        outer, inner = token
+        try:
+            for b, t in zip(reversed(self.devices), reversed(inner)):
+                b.exit_eval(t)
+        finally:
+            self.cpu.exit_eval(outer)
+
+    def __getattr__(self, name):  # the rest of the CPU backend's interface
+        return getattr(self.cpu, name)
 
 
 def _device_backend_available() -> bool:
@@ -391,8 +432,25 @@ def is_device_buffer(obj) -> bool:
     return any(b.is_buffer(obj) for b in _backends.values())
 
 
+#: Functions that finish device work still writing memory the host reads directly: a
+#: device backend whose arrays are NumPy views of unified memory (Metal) adds one when
+#: it first queues work, and a read of an array (:func:`to_host`, ``Array._numpy``) and
+#: a CPU kernel (the CPU backends' prepared kernels) run them first. Empty elsewhere.
+host_fences: list = []
+
+
+def host_fence(buf=None) -> None:
+    """Run the :data:`host_fences`: device work queued so far is done once this returns;
+    ``buf``, the buffer about to be read, if any (a fence raises if the work that was to
+    write it failed)."""
+    for fence in host_fences:
+        fence(buf)
+
+
 def to_host(buf) -> np.ndarray:
     if type(buf) is np.ndarray:
+        if host_fences:
+            host_fence(buf)
         return buf
     for b in _backends.values():
         if b.is_buffer(buf):

@@ -7,10 +7,11 @@ Two ways to stand in for the GPU:
   lazyx's C++ shim (:func:`lazyx.backends.metal.runtime.dispatch` and ``execute``
   hand it to :mod:`lazyx.backends.metal.msl_cpu`);
 * a **fake Metal API** (``on_fake_gpu``): the runtime's real GPU path
-  (``runtime._encode_and_wait``: argument binding, ``setBytes`` versus buffers,
-  threadgroup sizes and memory, copying outputs back) runs against recording
-  stand-ins for PyObjC's objects, whose command buffer runs the bound bytes through
-  the shim on ``commit``. Only PyObjC's own semantics are left untested.
+  (``runtime._encode``: argument binding, ``setBytes`` versus buffers, threadgroup
+  sizes and memory, one command buffer per evaluation, copying outputs back) runs
+  against recording stand-ins for PyObjC's objects, whose command buffer runs the
+  bound bytes through the shim when it is waited for (a read the runtime forgot to
+  wait for sees stale bytes). Only PyObjC's own semantics are left untested.
 
 Results are compared with the CPU backend's and with NumPy float64 references. Kernel
 builds are cached on disk (:mod:`lazyx.codegen.jit`), shared with
@@ -106,26 +107,37 @@ class _Encoder:
 
 
 class _Commands:
-    """A command buffer whose ``commit`` runs the encoded dispatch through the shim, on the
-    very bytes the runtime bound (so binding mistakes show as wrong numbers)."""
+    """A command buffer that runs its encoders' dispatches through the shim, in order, on
+    the very bytes the runtime bound (so binding mistakes show as wrong numbers) — when it
+    is waited for, not at ``commit``: the GPU runs later than the host, so a read the
+    runtime did not wait for sees the bytes from before."""
 
     def __init__(self, log):
-        self.log, self.encoder = log, None
+        self.log, self.encoders, self.state = log, [], "encoding"
 
     def computeCommandEncoder(self):
-        self.encoder = _Encoder(self.log)
-        return self.encoder
+        assert self.state == "encoding", "encoding into a committed command buffer"
+        e = _Encoder(self.log)
+        self.encoders.append(e)
+        return e
 
     def commit(self):
-        e = self.encoder
-        views = [np.frombuffer(e.bound[i][0].data, np.uint8)[e.bound[i][1]:]
-                 for i in range(max(e.bound) + 1)]
-        memory = [e.memory.get(i, 0) for i in range(max(e.memory, default=-1) + 1)]
-        msl_cpu.dispatch_on_cpu(e.pipeline.kernel, e.pipeline.function, views, e.grid,
-                                e.threadgroup, threadgroup_memory=memory)
+        assert self.state == "encoding", "a command buffer committed twice"
+        self.state = "committed"
+        self.log.append(("commit", len(self.encoders)))
 
     def waitUntilCompleted(self):
-        pass
+        assert self.state != "encoding", "waiting for a command buffer never committed"
+        self.log.append(("wait", len(self.encoders)))
+        if self.state == "completed":
+            return
+        self.state = "completed"
+        for e in self.encoders:
+            views = [np.frombuffer(e.bound[i][0].data, np.uint8)[e.bound[i][1]:]
+                     for i in range(max(e.bound) + 1)]
+            memory = [e.memory.get(i, 0) for i in range(max(e.memory, default=-1) + 1)]
+            msl_cpu.dispatch_on_cpu(e.pipeline.kernel, e.pipeline.function, views, e.grid,
+                                    e.threadgroup, threadgroup_memory=memory)
 
     def error(self):
         return None
@@ -171,7 +183,9 @@ def on_fake_gpu(monkeypatch):
         with mx.use_backend("gpu", "metal"):
             _reset_stats()
             yield log, limit
+            runtime.wait_all()  # what a test left queued runs on its own fake objects
     finally:
+        runtime.discard_pending()
         runtime.set_emulation(previous)
         metal._BACKEND.forget_availability()
         invalidate_dispatch()

@@ -18,6 +18,7 @@ import lazyx.core as mx
 from helpers import random_array, rng
 from lazyx.backends import metal
 from lazyx.backends.metal import runtime
+from lazyx.errors import BackendError
 from test_metal_backend import (_Device, _Encoder, _Metal, _Queue, _check_mlp, _mlp,
                                 _mlp_inputs, _mlp_ref, _run, on_fake_gpu, on_metal,
                                 pytestmark)  # noqa: F401
@@ -222,3 +223,141 @@ def test_emulation_keeps_plain_numpy_arrays(on_metal):
     got = np.asarray(y)
     np.testing.assert_allclose(got, np.e, rtol=1e-6)
     assert runtime.shared_buffer_of(got) is None and runtime.memory_stats() == before
+
+
+# -- command batching: one command buffer per evaluation, waited for at a read -------------
+def _commits(log):
+    return [c for c in log if c[0] in ("commit", "wait")]
+
+
+def test_an_evaluation_is_one_command_buffer_waited_for_at_the_read(fake):
+    x = random_array((16, 40), mx.float32, rng(40), -2, 2)
+    a = mx.array(x)
+    mx.eval(a)
+    del fake[:]
+    with mx.stream(mx.gpu):
+        y = mx.softmax(mx.exp(a) * 0.5, axis=-1)    # generated kernels and a built-in one
+        s = mx.sum(y, axis=0)
+    mx.eval(s, y)
+    # Committed once, with an encoder per launch, and not waited for: the host goes on.
+    commits = _commits(fake)
+    assert len(commits) == 1 and commits[0][0] == "commit" and commits[0][1] >= 3
+    owner = runtime.shared_buffer_of(y._data)
+    assert runtime.pending()
+    # The fake GPU runs at the wait: the output's memory is still unwritten here.
+    assert not np.any(np.frombuffer(owner.mtl.data, np.float32, count=y.size))
+    got = np.asarray(y)                              # the read waits
+    assert _commits(fake)[1:] == [("wait", commits[0][1])] and not runtime.pending()
+    e = np.exp(np.exp(x.astype(F64)) * 0.5)
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(s), want.sum(0), rtol=1e-5)
+    assert len(_commits(fake)) == 2                  # nothing more to wait for
+
+
+@pytest.mark.parametrize("read", ["item", "tolist", "synchronize", "memory", "cpu op"])
+def test_every_host_read_waits(fake, read):
+    a = mx.array(random_array((8, 8), mx.float32, rng(41), -1, 1))
+    mx.eval(a)
+    with mx.stream(mx.gpu):
+        y = mx.exp(a) + 1.0
+        total = mx.sum(y)
+    mx.eval(total, y)
+    assert runtime.pending()
+    want = np.exp(np.asarray(a).astype(F64)) + 1.0
+    if read == "item":
+        np.testing.assert_allclose(total.item(), want.sum(), rtol=1e-5)
+    elif read == "tolist":
+        np.testing.assert_allclose(np.array(y.tolist()), want, rtol=1e-6)
+    elif read == "synchronize":
+        mx.synchronize()
+    elif read == "memory":
+        mx.get_active_memory()
+    else:  # a node on the CPU stream reads the GPU's result from the same memory
+        z = mx.multiply(y, 2.0, stream=mx.cpu)
+        mx.eval(z)
+        np.testing.assert_allclose(np.asarray(z), 2 * want, rtol=1e-6)
+    assert not runtime.pending()
+
+
+def test_gpu_and_cpu_nodes_in_one_evaluation(fake):
+    # The CPU node runs in the middle of the evaluation: the GPU work queued before it is
+    # committed and waited for first, and the GPU node after it reads its result.
+    x = random_array((6, 10), mx.float32, rng(42), -1, 1)
+    a = mx.array(x)
+    mx.eval(a)
+    del fake[:]
+    y = mx.exp(a, stream=mx.gpu)
+    z = mx.cumsum(y, axis=1, stream=mx.cpu)
+    w = mx.sin(z, stream=mx.gpu)
+    mx.eval(w)
+    ref = np.sin(np.cumsum(np.exp(x.astype(F64)), axis=1))
+    np.testing.assert_allclose(np.asarray(w), ref, rtol=2e-6, atol=1e-6)
+    assert [c[0] for c in _commits(fake)] == ["commit", "wait", "commit", "wait"]
+
+
+def test_a_launch_whose_result_is_read_back_waits_at_once(fake):
+    # An indexing kernel's bounds flag lives in NumPy memory and is read by its launcher
+    # right after the dispatch: that launch is committed and waited for at once.
+    x = mx.array(random_array((5, 4), mx.float32, rng(43)))
+    mx.eval(x)
+    with mx.stream(mx.gpu):
+        got = mx.take(x, mx.array([4, 0, 2]), axis=0)
+    mx.eval(got)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(x)[[4, 0, 2]])
+    with mx.stream(mx.gpu):
+        bad = mx.take(x, mx.array([1, 7]), axis=0)
+    with pytest.raises(IndexError):
+        mx.eval(bad)
+
+
+def test_a_gpu_error_is_raised_at_the_read_naming_the_kernels(fake, monkeypatch):
+    from test_metal_backend import _Commands
+    a = mx.array(random_array((4, 4), mx.float32, rng(44)))
+    mx.eval(a)
+
+    class _Error:
+        def localizedDescription(self):
+            return "Execution of the command buffer was aborted (out of memory)"
+    monkeypatch.setattr(_Commands, "error", lambda self: _Error())
+    with mx.stream(mx.gpu):
+        y = mx.exp(a)
+    mx.eval(y)
+    with pytest.raises(BackendError, match="failed on the GPU: Execution of the command"):
+        np.asarray(y)
+    assert not runtime.pending()
+    # Its bytes are not results: every later read of it raises too (np.asarray tries the
+    # buffer protocol first and would otherwise take the memory on its second try).
+    for read in (np.asarray, lambda a: a[0, 0].item(), lambda a: a.tolist()):
+        with pytest.raises(BackendError, match="failed on the GPU"):
+            read(y)
+    monkeypatch.setattr(_Commands, "error", lambda self: None)
+    ok = mx.exp(a, stream=mx.gpu)                   # the next work is not affected
+    np.testing.assert_allclose(np.asarray(ok), np.exp(np.asarray(a)), rtol=1e-6)
+
+
+def test_a_plugin_kernel_writes_a_shared_output_in_the_evaluations_command_buffer(fake,
+                                                                                 monkeypatch):
+    # A plugin's MetalKernel (runtime.run) allocates its output in a shared buffer, so its
+    # launch joins the evaluation's command buffer like a built-in one (nothing copied back).
+    from test_metal_shim import scale_kernel
+
+    class Scale:                                     # what runtime.run asks of a primitive
+        factor = -1.5
+
+        def output_shapes(self, inputs):
+            return [inputs[0].shape]
+    monkeypatch.setattr(runtime, "availability", lambda: (True, ""))
+    x = random_array((6, 7), mx.float32, rng(45), -2, 2)
+    del fake[:]
+    runtime.begin_batch()
+    try:
+        out = runtime.run(scale_kernel(), Scale(), [x])
+        assert _commits(fake) == []                  # encoded, not committed
+    finally:
+        runtime.end_batch()
+    owner = runtime.shared_buffer_of(out)
+    assert owner is not None and ("bind", 1, owner.mtl, 0) in _binds(fake)
+    assert _commits(fake) == [("commit", 1)] and _new(fake, "bytes") == []  # x: setBytes
+    runtime.wait_all()
+    np.testing.assert_array_equal(out, np.float32(-1.5) * x)
