@@ -557,7 +557,11 @@ def gather_qmm(x, w, /, scales, biases=None, lhs_indices=None, rhs_indices=None,
     lhs = _indices(lhs_indices, xb, "lhs_indices", op)
     rhs = _indices(rhs_indices, wb, "rhs_indices", op)
     shape = broadcast_shapes(lhs._shape, rhs._shape, op=op)
-    lhs, rhs = mx.broadcast_to(lhs, shape, stream=s), mx.broadcast_to(rhs, shape, stream=s)
+    # (indices of one shape already, the common case, take no broadcast node)
+    if lhs._shape != shape:
+        lhs = mx.broadcast_to(lhs, shape, stream=s)
+    if rhs._shape != shape:
+        rhs = mx.broadcast_to(rhs, shape, stream=s)
     x = mx.reshape(x, (-1,) + x._shape[-2:], stream=s)
     weights = [mx.reshape(v, (-1,) + v._shape[-2:], stream=s)
                for v in [w, scales] + ([biases] if biases is not None else [])]

@@ -14,8 +14,8 @@ primitive class), first match wins:
 2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: reductions, arg-reductions,
    matrix products (matmul, addmm), softmax, log-sum-exp, scans, random bits, sorts and partitions, gathers, scatters,
    and the shape copies: concatenate, pad, slice updates, contiguous copies, and the ``fast``
-   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy; convolutions), its
-   dispatches run by :func:`.runtime.dispatch`;
+   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy; convolutions; the
+   affine quantized products), its dispatches run by :func:`.runtime.dispatch`;
 3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
    and every element-wise primitive that declares ``to_expression`` run MSL rendered
    from compile's IR (:mod:`lazyx.codegen.msl`), so ``compile`` fuses on Metal

@@ -40,7 +40,7 @@ from lazyx.errors import ArgumentError, DtypeError, KernelCompileError
 
 from .. import fused_launch
 from . import runtime
-from .launch import Launch
+from .launch import Launch, host_array
 
 __all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "run_program", "pack", "stats",
            "FusedKernel", "GpuRunner", "ShimRunner", "runner"]
@@ -107,7 +107,7 @@ class GpuRunner:
 
     @staticmethod
     def materialise(x, shape):
-        return np.ascontiguousarray(np.broadcast_to(x, shape))
+        return host_array(np.broadcast_to(x, shape))
 
     @staticmethod
     def launch(kernel, name, grid, args):

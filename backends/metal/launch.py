@@ -141,12 +141,27 @@ def plan_launch(kernel, inputs, out_shape, out_dtype, constants: dict, empty=np.
     return Launch(function, [named[b] for b in kernel.buffers], out, out.size)
 
 
+#: ``settle(a)``: waits for the GPU work queued in the evaluation's command buffer that
+#: writes ``a``'s memory (:func:`lazyx.backends.metal.runtime.settle`), set by the runtime
+#: once it queues work on a GPU; None where nothing is queued (the shim runs at once).
+settle = None
+
+
+def host_array(a, dtype=None) -> np.ndarray:
+    """``a`` as a C-contiguous NumPy array (of ``dtype``), copied or converted on the host
+    where needed: after the queued GPU work that writes ``a`` (a launcher's own copies and
+    conversions of its inputs read their bytes now, not when the GPU runs)."""
+    if settle is not None:
+        settle(a)
+    return np.ascontiguousarray(a, dtype)
+
+
 def _bindable(a: np.ndarray) -> np.ndarray:
     """``a``, or a copy where a kernel could not index it: negative strides or strides
     that are not whole elements."""
     size = a.itemsize
     if any(s < 0 or s % size for s in a.strides):
-        return np.ascontiguousarray(a)
+        return host_array(a)
     return a
 
 

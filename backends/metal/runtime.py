@@ -68,6 +68,7 @@ import numpy as np
 from lazyx import backend as _framework
 from lazyx.errors import BackendError, KernelCompileError, OutOfMemoryError
 
+from . import launch as _launch
 from .launch import plan_for_primitive
 
 __all__ = ["availability", "run", "execute", "dispatch", "MetalCompileError", "set_emulation",
@@ -194,6 +195,8 @@ _fence_installed = [False]
 #: Shared buffers a failed command buffer was to write: a read of an array in one raises
 #: its error (every time: the bytes are not the results).
 _failed = weakref.WeakKeyDictionary()
+#: Shared buffers that queued work (encoded or committed, not yet waited for) writes.
+_written = weakref.WeakSet()
 
 
 def begin_batch() -> None:
@@ -250,8 +253,18 @@ def wait_all() -> None:
             # contents() is the shared buffer's CPU address: copy the kernel's output out.
             raw = buf.contents().as_buffer(a.nbytes)
             a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
+    _written.clear()
     if error is not None:
         raise error
+
+
+def settle(a) -> None:
+    """Wait for the queued GPU work that writes ``a``'s memory, if any (before the host
+    copies or converts ``a``: :func:`lazyx.backends.metal.launch.host_array`)."""
+    if _written and type(a) is np.ndarray:
+        owner = shared_buffer_of(a)
+        if owner is not None and owner in _written:
+            wait_all()
 
 
 def _fence(buf=None) -> None:
@@ -271,6 +284,7 @@ def _install_fence() -> None:
     was to write raises that failure."""
     if not _fence_installed[0]:
         _framework.host_fences.append(_fence)
+        _launch.settle = settle
         _fence_installed[0] = True
 
 
@@ -468,6 +482,16 @@ def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
     """
     Metal, device, queue = _get_context()
     pipeline = _pipeline(kernel, function)
+    if _written:
+        # A view of a shared buffer at an offset Metal cannot bind is copied below, on the
+        # host: the queued work that writes it finishes first (before this launch's
+        # encoder opens in the command buffer that is committed then).
+        for a in buffers:
+            if type(a) is np.ndarray:
+                owner = shared_buffer_of(a)
+                if owner is not None and (a.ctypes.data - owner.address) % 4 and owner in _written:
+                    wait_all()
+                    break
     # A pipeline's own limit can be below the device's 1024 (registers, threadgroup
     # memory): a kernel written for a larger threadgroup must not run with a smaller one.
     limit = int(pipeline.maxTotalThreadsPerThreadgroup())
@@ -501,6 +525,7 @@ def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
                 keep.append(owner)
                 if any(a is w for w in written):
                     batch.outputs.append(owner)
+                    _written.add(owner)
                 continue
         if any(a is w for w in written):
             # Written arrays are C-contiguous: a buffer of their size holding their current

@@ -16,8 +16,9 @@ The flow:
    latter through the public API (``lazyx.core``, ``stream=mx.gpu``) as users run it.
    The kinds: generated element-wise kernels over the fusible primitives and dtypes
    (contiguous and broadcast layouts), ``compile``'s fused kernels, the built-in MSL
-   kernels (reductions, arg-reductions, softmax, log-sum-exp) over a few shapes and
-   axes, and primitives that run the explicit CPU fallback.
+   kernels (reductions, arg-reductions, softmax, log-sum-exp, products, scans, random
+   bits, sorts, indexing, the ``fast`` forwards, convolutions, quantized products) over
+   a few shapes and axes, and primitives that run the explicit CPU fallback.
 3. **Say which path ran** from the backend's counters, read before and after the GPU
    call: ``lazyx.backends.metal.compiled.stats`` (generated launches) and
    ``lazyx.backends.metal.stats`` (built-in dispatches, CPU fallbacks). Where a counter
@@ -328,6 +329,30 @@ CASES += [
          FLOATS, ((1, 3, 4, 2), (3, 3, 3, 2)), BUILTIN),
     Case("conv3d", lambda x, w: mx.conv3d(x, w, padding=1), ("float32",),
          ((1, 3, 4, 3, 2), (2, 2, 3, 2, 2)), BUILTIN),
+]
+
+
+# Quantized products (kernels/quantized.py, affine): widths that straddle words, both
+# layouts, gathered pairs; the weights are quantized on the CPU stream (as loaded weights
+# are), so the GPU runs the product alone.
+def _packed(w, bits, group_size=32):
+    return mx.quantize(w, group_size=group_size, bits=bits, stream=mx.cpu)
+
+
+CASES += [
+    Case("quantized_matmul 4-bit transpose",
+         lambda x, w: mx.quantized_matmul(x, *_packed(w, 4), transpose=True, group_size=32,
+                                          bits=4),
+         FLOATS, ((3, 64), (24, 64)), BUILTIN, quick=True),
+    Case("quantized_matmul 3-bit",
+         lambda x, w: mx.quantized_matmul(x, *_packed(w, 3), transpose=False, group_size=32,
+                                          bits=3),
+         FLOATS, ((2, 16), (16, 64)), BUILTIN),
+    Case("gather_qmm 8-bit",
+         lambda x, w: mx.gather_qmm(x, *_packed(w, 8), lhs_indices=mx.array([1, 0, 1]),
+                                    rhs_indices=mx.array([0, 1, 1]), transpose=True,
+                                    group_size=32, bits=8),
+         FLOATS, ((2, 1, 32), (2, 8, 32)), BUILTIN),
 ]
 
 

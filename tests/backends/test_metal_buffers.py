@@ -361,3 +361,24 @@ def test_a_plugin_kernel_writes_a_shared_output_in_the_evaluations_command_buffe
     assert _commits(fake) == [("commit", 1)] and _new(fake, "bytes") == []  # x: setBytes
     runtime.wait_all()
     np.testing.assert_array_equal(out, np.float32(-1.5) * x)
+
+
+def test_a_launchers_host_copy_waits_for_the_work_that_writes_it(fake):
+    # Launchers copy or convert some inputs on the host (a reversed view, scales to
+    # float32): launch.host_array waits for the queued work that writes them first.
+    from lazyx.backends.metal import launch
+    x = random_array((6, 10), mx.float32, rng(46), -1, 1)
+    a = mx.array(x)
+    mx.eval(a)
+    with mx.stream(mx.gpu):
+        y = mx.exp(a)
+    mx.eval(y)
+    data = y._data                                   # the shared buffer, still unwritten
+    assert runtime.pending() and not np.any(np.ascontiguousarray(data))
+    got = launch.host_array(data[::-1], np.float64)  # as a launcher copies it
+    assert not runtime.pending()
+    np.testing.assert_allclose(got, np.exp(x.astype(F64))[::-1], rtol=2e-6)
+    # Nothing queued writes it any more: a later copy does not wait.
+    del fake[:]
+    launch.host_array(data[:, ::2])
+    assert _commits(fake) == []

@@ -27,12 +27,14 @@ is built from it (``lazyx.backends.metal``).
 | ``Scatter``, ``ScatterAxis`` | indexing | owner election (atomics), ordered folds of repeats |
 | ``RMSNorm``, ``LayerNorm``, ``RoPE``, ``ScaledDotProductAttention``, ``CrossEntropy`` | fast | norm rows, a thread per rotated pair, online-softmax attention (a simdgroup per query row), cross-entropy rows |
 | ``Convolution`` | conv | implicit GEMM: 32 x 32 tiles of output pixels x output channels per group, K (taps x channels) in steps of 16, the input read through the padding/dilation index arithmetic |
+| ``QuantizedMatmul``, ``GatherQMM`` (affine) | quantized | a simdgroup per output value, lanes along K, values decoded from the packed words (any width) |
 | ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
 from lazyx.plugins import conv as _conv
 from lazyx.plugins import fast as _fast
 from lazyx.plugins import products as _products
+from lazyx.plugins import quantized as _quantized
 from lazyx.plugins import reductions as _reductions
 from lazyx.plugins import random as _random
 from lazyx.plugins import sorting as _sorting
@@ -40,7 +42,7 @@ from lazyx.plugins import sorting as _sorting
 from . import products, reductions, softmax
 from . import random, scans, sorting
 from . import fast, indexing, shapes
-from . import conv
+from . import conv, quantized
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -67,8 +69,11 @@ KERNELS = {
     _fast.ScaledDotProductAttention: fast.attention,
     _fast.CrossEntropy: fast.cross_entropy,
     _conv.Convolution: conv.convolution,   # its gradients are convolutions too
+    _quantized.QuantizedMatmul: quantized.quantized_matmul,   # affine; the float modes: CPU
+    _quantized.GatherQMM: quantized.gather_qmm,
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
 LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
-             indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY, conv.LIBRARY)
+             indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY, conv.LIBRARY,
+             quantized.LIBRARY)

@@ -24,11 +24,11 @@ import numpy as np
 from lazyx import dtypes as ldt
 from lazyx.errors import DtypeError
 
-from ..launch import MSL_TYPE_OF
+from ..launch import MSL_TYPE_OF, host_array
 
 __all__ = ["Library", "Dispatch", "run_on_cpu", "instantiate", "msl_type", "row_layout",
-           "threadgroup_for_rows", "bindable", "unsupported", "UnsupportedDtype", "PRELUDE",
-           "SIMD_WIDTH", "MAX_THREADGROUP"]
+           "threadgroup_for_rows", "bindable", "host_array", "unsupported", "UnsupportedDtype",
+           "PRELUDE", "SIMD_WIDTH", "MAX_THREADGROUP"]
 
 SIMD_WIDTH = 32
 MAX_THREADGROUP = 1024
@@ -128,7 +128,7 @@ def bindable(a) -> np.ndarray:
     whole number of elements (as :mod:`..launch` does for ``MetalKernel``)."""
     a = np.asarray(a)
     if any(s < 0 or s % a.itemsize for s in a.strides):
-        return np.ascontiguousarray(a)
+        return host_array(a)
     return a
 
 

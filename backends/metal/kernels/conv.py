@@ -52,7 +52,8 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import empty, Dispatch, Library, bindable, instantiate, msl_type, unsupported
+from .common import (empty, Dispatch, Library, bindable, host_array, instantiate, msl_type,
+                     unsupported)
 
 __all__ = ["DTYPES", "LIBRARY", "THREADS", "TILE", "convolution"]
 
@@ -215,7 +216,7 @@ def convolution(primitive, inputs, run):
     shape = tuple(p.output_shapes(inputs)[0])
     if x.size == 0 or w.size == 0 or math.prod(shape) == 0:   # nothing to read or write
         return np.zeros(shape, x.dtype)
-    w = w.astype(x.dtype, copy=False)
+    w = w if w.dtype == x.dtype else host_array(w, x.dtype)
     out = empty(run, shape, x.dtype)
     nd = x.ndim - 2
     groups, c_out, cg = p.groups, w.shape[0], w.shape[-1]

@@ -50,7 +50,8 @@ from lazyx import dtypes as ldt
 
 from . import softmax
 from .common import (empty, PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, bindable,
-                     instantiate, msl_type, row_layout, threadgroup_for_rows, unsupported)
+                     host_array, instantiate, msl_type, row_layout, threadgroup_for_rows,
+                     unsupported)
 
 __all__ = ["rms_norm", "layer_norm", "rope", "attention", "cross_entropy", "LIBRARY", "DTYPES",
            "TARGET_DTYPES", "ROWS", "MAX_HEAD_DIM"]
@@ -305,9 +306,9 @@ def rope(primitive, inputs, run):
     out = empty(run, x.shape, x.dtype)
     if out.size == 0:
         return out
-    offset = np.ascontiguousarray(inputs[1], np.int32).reshape(-1)
+    offset = host_array(inputs[1], np.int32).reshape(-1)
     has_freqs = len(inputs) > 2
-    freqs = np.ascontiguousarray(inputs[2], np.float32) if has_freqs else np.zeros(1, np.float32)
+    freqs = host_array(inputs[2], np.float32) if has_freqs else np.zeros(1, np.float32)
     dims, pairs = int(primitive.dims), int(primitive.dims) // 2
     seq, features = x.shape[-2], x.shape[-1]
     rows = math.prod(x.shape[:-2])
@@ -345,7 +346,7 @@ def attention(primitive, inputs, run):
         return out
     extra = list(inputs[3:])
     mask = bindable(extra.pop(0)) if primitive.mask == "array" else None
-    sinks = np.ascontiguousarray(extra.pop(0)) if primitive.sinks else None
+    sinks = host_array(extra.pop(0), q.dtype) if primitive.sinks else None
     boolean = mask is not None and mask.dtype == np.bool_
     if mask is not None and not boolean and mask.dtype != q.dtype:
         raise unsupported("scaled_dot_product_attention", ldt.from_numpy(mask.dtype), (d,))
@@ -355,7 +356,7 @@ def attention(primitive, inputs, run):
     rows = min(ROWS, tq)
     run(Dispatch(LIBRARY, f"sdpa_{'boolmask_' if boolean else ''}{d.name}", [
         q, out, k, v, np.zeros(1, q.dtype) if mask is None else mask,
-        np.zeros(1, q.dtype) if sinks is None else sinks.astype(q.dtype, copy=False),
+        np.zeros(1, q.dtype) if sinks is None else sinks,
         np.array(sizes, np.int32), np.array([primitive.scale], np.float32),
         *(np.array(_elements(a) if a is not None else [0] * 4, np.int64) for a in (q, k, v, mask))],
         (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1)))
