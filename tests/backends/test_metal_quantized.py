@@ -134,7 +134,7 @@ def test_other_modes_and_dtypes_are_left_to_the_cpu():
 
 def test_through_the_backend_on_the_gpu_stream(on_metal):
     gen = rng(9)
-    weights, deq = _weights((48, 128), 4, 64, "bfloat16", gen)
+    weights, _ = _weights((48, 128), 4, 64, "bfloat16", gen)
     x = mx.array(random_array((2, 128), mx.bfloat16, gen, -1, 1))
     args = [mx.array(a) for a in weights]
     got = mx.quantized_matmul(x, *args, transpose=True, group_size=64, bits=4, stream=mx.gpu)
@@ -143,3 +143,33 @@ def test_through_the_backend_on_the_gpu_stream(on_metal):
                                rtol=1e-2, atol=1e-2)
     assert on_metal["builtin"] >= 1
     assert "QuantizedMatmul" not in on_metal["cpu_fallback_by_primitive"]
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("dtype,out", [("float32", "float32"), ("float16", "float16"),
+                                       ("bfloat16", "bfloat16"), ("float16", "float32")])
+def test_dequantize_is_the_cpu_kernel_bit_for_bit(bits, dtype, out):
+    gen = rng(bits + 50)
+    w = mx.array(random_array((5, 2, 64), getattr(mx, dtype), gen, -2, 2))
+    packed, scales, biases = (np.asarray(a) for a in
+                              mx.quantize(w, group_size=32, bits=bits, stream=CPU))
+    prim = qp.Dequantize(mx.default_stream(mx.gpu), 32, bits, "affine", getattr(mx, out))
+    got = quantized.dequantize(prim, [packed, scales, biases], run)
+    want = mx.dequantize(mx.array(packed), mx.array(scales), mx.array(biases), group_size=32,
+                         bits=bits, dtype=getattr(mx, out), stream=CPU)
+    assert got.dtype == np.dtype(getattr(mx, out).np) and got.shape == (5, 2, 64)
+    np.testing.assert_array_equal(got.view(np.uint8), np.asarray(want).view(np.uint8))
+
+
+def test_dequantize_on_the_gpu_stream_and_the_float_modes_on_the_cpu(on_metal):
+    w = mx.array(random_array((8, 64), mx.float32, rng(60), -1, 1))
+    args = mx.quantize(w, group_size=64, bits=4, stream=CPU)
+    got = mx.dequantize(*args, group_size=64, bits=4, stream=mx.gpu)
+    cpu = mx.dequantize(*args, group_size=64, bits=4, stream=CPU)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(cpu))
+    assert "Dequantize" not in on_metal["cpu_fallback_by_primitive"]
+    fp4 = mx.quantize(w, group_size=32, bits=4, mode="mxfp4", stream=CPU)
+    got = mx.dequantize(*fp4, group_size=32, bits=4, mode="mxfp4", stream=mx.gpu)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(
+        mx.dequantize(*fp4, group_size=32, bits=4, mode="mxfp4", stream=CPU)))
+    assert on_metal["cpu_fallback_by_primitive"].get("Dequantize") == 1

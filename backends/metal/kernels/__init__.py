@@ -28,6 +28,7 @@ is built from it (``lazyx.backends.metal``).
 | ``RMSNorm``, ``LayerNorm``, ``RoPE``, ``ScaledDotProductAttention``, ``CrossEntropy`` | fast | norm rows, a thread per rotated pair, online-softmax attention (a simdgroup per query row), cross-entropy rows |
 | ``Convolution`` | conv | implicit GEMM: 32 x 32 tiles of output pixels x output channels per group, K (taps x channels) in steps of 16, the input read through the padding/dilation index arithmetic |
 | ``QuantizedMatmul``, ``GatherQMM`` (affine) | quantized | a simdgroup per output value, lanes along K, values decoded from the packed words (any width) |
+| ``Dequantize`` (affine) | quantized | a thread per value, MLX's rounding bit for bit |
 | ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
@@ -71,6 +72,7 @@ KERNELS = {
     _conv.Convolution: conv.convolution,   # its gradients are convolutions too
     _quantized.QuantizedMatmul: quantized.quantized_matmul,   # affine; the float modes: CPU
     _quantized.GatherQMM: quantized.gather_qmm,
+    _quantized.Dequantize: quantized.dequantize,
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).

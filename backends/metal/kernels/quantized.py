@@ -1,5 +1,6 @@
-"""Metal kernels of the quantized pack's products: ``QuantizedMatmul`` and ``GatherQMM`` in
-the ``affine`` mode, from the packed words (the dequantized matrix is never made).
+"""Metal kernels of the quantized pack: the products ``QuantizedMatmul`` and ``GatherQMM``
+in the ``affine`` mode, from the packed words (the dequantized matrix is never made), and
+``Dequantize`` (affine, a thread per value, the CPU kernel's arithmetic bit for bit).
 
 One MSL template, ``qmm<T, S>`` (``T`` x's and the output's type, ``S`` the scales' and
 biases': x's, or float), instantiated per pair from :data:`PAIRS`. The product is the CUDA
@@ -28,7 +29,7 @@ from lazyx.errors import IndexOutOfRangeError
 from .common import (PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, empty,
                      host_array, instantiate, msl_type, unsupported)
 
-__all__ = ["quantized_matmul", "gather_qmm", "LIBRARY", "DTYPES", "ROWS"]
+__all__ = ["quantized_matmul", "gather_qmm", "dequantize", "LIBRARY", "DTYPES", "ROWS"]
 
 #: Simdgroups (output values) per threadgroup.
 ROWS = 8
@@ -75,6 +76,31 @@ template <typename T, typename S>
   acc = simd_sum(acc);
   if (wanted < total && lane == 0) out[o] = T(acc);
 }
+
+// Dequantize: a thread per value (i, r) of row r of the packed matrix; the arithmetic of
+// the CPU kernel (MLX's): scale * q rounded to S, plus the bias rounded to S (each in
+// float, then rounded: a product of two 16-bit values is exact in float), then O.
+// dims: rows R, values per row V, words per row C, groups per row G, bits, group size.
+template <typename S, typename O>
+[[kernel]] void dequantize(
+    device const uint* w [[buffer(0)]], device O* out [[buffer(1)]],
+    device const S* scales [[buffer(2)]], device const S* biases [[buffer(3)]],
+    constant int* dims [[buffer(4)]], uint3 gid [[thread_position_in_grid]]) {
+  const int V = dims[1], C = dims[2], G = dims[3], bits = dims[4], gs = dims[5];
+  const int i = int(gid.x);
+  const int64_t r = int64_t(gid.y);
+  if (i >= V || r >= int64_t(dims[0])) return;
+  const int64_t bit = int64_t(i) * bits;
+  device const uint* words = w + r * C + (bit >> 5);
+  const int shift = int(bit & 31);
+  uint q = words[0] >> shift;
+  if (shift + bits > 32) q |= words[1] << (32 - shift);
+  q &= (1u << bits) - 1u;
+  const int64_t g = r * G + i / gs;
+  const S scaled = S(float(scales[g]) * float(q));
+  const S value = S(float(scaled) + float(biases[g]));
+  out[r * V + i] = O(float(value));
+}
 """
 
 #: The dtypes of x the kernels have versions for.
@@ -83,7 +109,9 @@ DTYPES = (ldt.float32, ldt.float16, ldt.bfloat16)
 PAIRS = [(d, d) for d in DTYPES] + [(ldt.float16, ldt.float32), (ldt.bfloat16, ldt.float32)]
 
 LIBRARY = Library("quantized", _SOURCE + "\n" + "".join(
-    instantiate(f"qmm_{x.name}_{s.name}", "qmm", msl_type(x), msl_type(s)) for x, s in PAIRS))
+    instantiate(f"qmm_{x.name}_{s.name}", "qmm", msl_type(x), msl_type(s)) for x, s in PAIRS)
+    + "".join(instantiate(f"dequantize_{s.name}_{o.name}", "dequantize", msl_type(s), msl_type(o))
+              for s in DTYPES for o in DTYPES))
 
 
 def _run(primitive, x, weights, xi, wi, run):
@@ -147,3 +175,34 @@ def gather_qmm(primitive, inputs, run):
             f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
     out = _run(primitive, x, inputs[1:-2], xi, wi, run)
     return out.reshape(rhs.shape + out.shape[-2:])
+
+
+def dequantize(primitive, inputs, run):
+    """``Dequantize`` (inputs ``(w, scales, biases)``, affine) on Metal: values of
+    ``primitive.dtype``, bit for bit the CPU kernel's (MLX's) arithmetic."""
+    if primitive.mode != "affine" or len(inputs) != 3:
+        raise UnsupportedDtype(f"Metal kernel dequantize has no version for mode "
+                               f"{primitive.mode!r}; it has 'affine'. The CPU's kernel runs it.")
+    s, o = ldt.from_numpy(inputs[1].dtype), ldt.to_dtype(primitive.dtype)
+    for d in (s, o, ldt.from_numpy(inputs[2].dtype)):
+        if d not in DTYPES:
+            raise unsupported("dequantize", d, DTYPES)
+    if inputs[2].dtype != inputs[1].dtype:
+        raise UnsupportedDtype("Metal kernel dequantize takes scales and biases of one dtype; "
+                               "the CPU's kernel runs mixed ones.")
+    w = host_array(inputs[0], np.uint32)
+    scales, biases = host_array(inputs[1]), host_array(inputs[2])
+    lead, words = w.shape[:-1], w.shape[-1]
+    values = words * 32 // primitive.bits
+    out = empty(run, lead + (values,), o.np)
+    rows = int(np.prod(lead, dtype=np.int64))
+    if out.size == 0:
+        return out
+    if rows >= 2 ** 31 or values >= 2 ** 31:
+        raise UnsupportedDtype("Metal kernel dequantize indexes rows and values with 32-bit "
+                               "integers; this matrix is past them.")
+    dims = [rows, values, words, scales.shape[-1], primitive.bits, primitive.group_size]
+    run(Dispatch(LIBRARY, f"dequantize_{s.name}_{o.name}",
+                 [w, out, scales, biases, np.array(dims, np.int32)],
+                 (values, rows, 1), (min(values, 256), 1, 1)))
+    return out
