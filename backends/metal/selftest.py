@@ -310,6 +310,13 @@ CASES += [
          FLOATS, ((1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8)), BUILTIN),
     Case("fast.cross_entropy", lambda x: mx.fast.cross_entropy(x, mx.array([3, -1, 12, 0])),
          FLOATS, ((4, 11),), BUILTIN),
+    Case("fast.rms_norm vjp",
+         lambda x, w, c: mx.vjp(lambda x, w: mx.fast.rms_norm(x, w, 1e-5), [x, w], [c])[1],
+         FLOATS, ((3, 40), (40,), (3, 40)), BUILTIN, quick=True),
+    Case("fast.layer_norm vjp",
+         lambda x, w, b, c: mx.vjp(lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5), [x, w, b],
+                                   [c])[1],
+         FLOATS, ((2, 3, 33), (33,), (33,), (2, 3, 33)), BUILTIN),
 ]
 
 

@@ -84,6 +84,45 @@ def test_norms_through_the_shim(dtype):
                       f"layer_norm {shape} {how} w={weighted} b={biased}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_backwards_through_the_shim(dtype):
+    gen = rng(59)
+    for shape, how in NORM_CASES:
+        x = _laid_out(shape, dtype, gen, how)
+        g = _laid_out(shape, dtype, gen, how)
+        w, b = data(shape[-1:], dtype, gen), data(shape[-1:], dtype, gen)
+        n = shape[-1]
+        rows = x.size // n
+        # float32 sums over a row (dx) and over the rows (the weight's and bias's).
+        atol = 4e-6 * (n + rows)
+        for eps in (1e-5, 0.5):
+            p = fp.RMSNormVJP(S, eps)
+            for ins in ([x, g], [x, w, g]):
+                got = fast.rms_norm_vjp(p, ins, run)
+                want = reference.rms_norm_vjp(p, as64(*ins))
+                assert len(got) == len(want) and all(a.dtype == x.dtype for a in got)
+                for a, e, what in zip(got, want, ("dx", "dweight")):
+                    check(a, e, dtype, atol, f"rms_vjp {what} {shape} {how}")
+            for weighted, biased in ((False, False), (True, False), (False, True), (True, True)):
+                p = fp.LayerNormVJP(S, eps, weighted, biased)
+                ins = [x] + [w] * weighted + [b] * biased + [g]
+                got = fast.layer_norm_vjp(p, ins, run)
+                want = reference.layer_norm_vjp(p, as64(*ins))
+                assert len(got) == 1 + weighted + biased
+                for a, e in zip(got, want):
+                    check(a, e, dtype, atol, f"layer_norm_vjp {shape} {how} w={weighted} "
+                                             f"b={biased}")
+
+
+def test_norm_backwards_in_reverse_thread_order():
+    gen = rng(60)
+    x, g, w, b = (data(s, "float32", gen) for s in ((3, 700), (3, 700), (700,), (700,)))
+    p = fp.LayerNormVJP(S, 1e-5, True, True)
+    for a, c in zip(fast.layer_norm_vjp(p, [x, w, b, g], run),
+                    fast.layer_norm_vjp(p, [x, w, b, g], run_reversed)):
+        np.testing.assert_array_equal(a, c)
+
+
 def test_norms_in_reverse_thread_order():
     # A thread reading the reduction's partial sums before the barrier that publishes them
     # would give other numbers when the threads run in the opposite order.
@@ -223,15 +262,17 @@ def test_dtypes_and_head_dims_without_a_kernel_are_refused():
 
 def test_the_table_and_the_library():
     for cls, launcher in ((fp.RMSNorm, fast.rms_norm), (fp.LayerNorm, fast.layer_norm),
+                          (fp.RMSNormVJP, fast.rms_norm_vjp),
+                          (fp.LayerNormVJP, fast.layer_norm_vjp),
                           (fp.RoPE, fast.rope), (fp.ScaledDotProductAttention, fast.attention),
                           (fp.CrossEntropy, fast.cross_entropy)):
         assert kernels.KERNELS[cls] is launcher
-    for cls in (fp.RMSNormVJP, fp.LayerNormVJP, fp.ScaledDotProductAttentionVJP):
-        assert cls not in kernels.KERNELS
+    assert fp.ScaledDotProductAttentionVJP not in kernels.KERNELS
     assert fast.LIBRARY in kernels.LIBRARIES
-    # Four templates (norm, rope, sdpa, cross_entropy) instantiated from the dtype tables.
-    assert fast.LIBRARY.source.count("[[kernel]] void") == 4
-    assert fast.LIBRARY.source.count("[[host_name(") == len(fast.DTYPES) * (4 + len(fast.TARGET_DTYPES))
+    # Six templates (norm, norm_vjp, norm_vjp_columns, rope, sdpa, cross_entropy)
+    # instantiated from the dtype tables.
+    assert fast.LIBRARY.source.count("[[kernel]] void") == 6
+    assert fast.LIBRARY.source.count("[[host_name(") == len(fast.DTYPES) * (6 + len(fast.TARGET_DTYPES))
 
 
 # -- through the backend: stream=mx.gpu, emulated ----------------------------------------------------
@@ -274,19 +315,22 @@ def test_fast_ops_on_the_gpu_stream_equal_the_cpu_backend(on_metal, dtype):
     assert on_metal["builtin"] == len(cases) and on_metal["cpu_fallback"] == 0
 
 
-def test_the_fast_forwards_are_no_longer_cpu_fallbacks_and_their_vjps_are(on_metal):
-    for name in ("RMSNorm", "LayerNorm", "RoPE", "ScaledDotProductAttention", "CrossEntropy"):
+def test_the_fast_forwards_and_the_norm_backwards_are_built_in(on_metal):
+    for name in ("RMSNorm", "LayerNorm", "RMSNormVJP", "LayerNormVJP", "RoPE",
+                 "ScaledDotProductAttention", "CrossEntropy"):
         assert mx.kernel_provider("metal", name) == "backend 'metal'"
-    # The backward runs the forward built in and the VJP primitive through the fallback.
+    # The norms' gradients run their fused backward built in; attention's still falls back.
     gen = rng(58)
     x, w = mx.array(data((3, 16), "float32", gen)), mx.array(data((16,), "float32", gen))
-    grads = mx.grad(lambda x, w: mx.sum(mx.fast.rms_norm(x, w, 1e-5, stream=mx.gpu)),
-                    argnums=(0, 1))(x, w)
-    cpu = mx.grad(lambda x, w: mx.sum(mx.fast.rms_norm(x, w, 1e-5, stream=mx.cpu)),
-                  argnums=(0, 1))(x, w)
-    for g, c in zip(grads, cpu):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(c), rtol=1e-5, atol=1e-6)
-    assert on_metal["cpu_fallback_by_primitive"].get("RMSNormVJP") == 1
+    b = mx.array(data((16,), "float32", gen))
+    for norm in (lambda x, w, s: mx.fast.rms_norm(x, w, 1e-5, stream=s),
+                 lambda x, w, s: mx.fast.layer_norm(x, w, b, 1e-5, stream=s)):
+        grads = mx.grad(lambda x, w: mx.sum(mx.sin(norm(x, w, mx.gpu))), argnums=(0, 1))(x, w)
+        cpu = mx.grad(lambda x, w: mx.sum(mx.sin(norm(x, w, mx.cpu))), argnums=(0, 1))(x, w)
+        for g, c in zip(grads, cpu):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(c), rtol=1e-5, atol=1e-6)
+    assert "RMSNormVJP" not in on_metal["cpu_fallback_by_primitive"]
+    assert "LayerNormVJP" not in on_metal["cpu_fallback_by_primitive"]
     # A head dimension past the kernel's falls back, counted; float64 is refused.
     q = mx.array(data((1, 1, 2, 300), "float32", gen))
     got = np.asarray(mx.fast.scaled_dot_product_attention(q, q, q, scale=0.1, stream=mx.gpu))

@@ -26,6 +26,7 @@ is built from it (``lazyx.backends.metal``).
 | ``Gather``, ``GatherAxis`` | indexing | one thread per element, bounds-checked indices |
 | ``Scatter``, ``ScatterAxis`` | indexing | owner election (atomics), ordered folds of repeats |
 | ``RMSNorm``, ``LayerNorm``, ``RoPE``, ``ScaledDotProductAttention``, ``CrossEntropy`` | fast | norm rows, a thread per rotated pair, online-softmax attention (a simdgroup per query row), cross-entropy rows |
+| ``RMSNormVJP``, ``LayerNormVJP`` | fast | dx by rows (the rows' statistics kept), the weight's and bias's cotangents by columns |
 | ``Convolution`` | conv | implicit GEMM: 32 x 32 tiles of output pixels x output channels per group, K (taps x channels) in steps of 16, the input read through the padding/dilation index arithmetic |
 | ``QuantizedMatmul``, ``GatherQMM`` (affine) | quantized | a simdgroup per output value, lanes along K, values decoded from the packed words (any width) |
 | ``Dequantize`` (affine) | quantized | a thread per value, MLX's rounding bit for bit |
@@ -64,8 +65,10 @@ KERNELS = {
     _sorting.ArgPartition: sorting.argpartition,
     **indexing.KERNELS,   # Gather(Axis), Scatter(Axis), SliceUpdate
     **shapes.KERNELS,     # Concatenate, Pad, Contiguous, ...: the shapes pack's copies
-    _fast.RMSNorm: fast.rms_norm,   # the fast pack's forwards (their VJPs: the CPU fallback)
+    _fast.RMSNorm: fast.rms_norm,   # the fast pack's forwards, and the norms' backwards
     _fast.LayerNorm: fast.layer_norm,
+    _fast.RMSNormVJP: fast.rms_norm_vjp,
+    _fast.LayerNormVJP: fast.layer_norm_vjp,
     _fast.RoPE: fast.rope,
     _fast.ScaledDotProductAttention: fast.attention,
     _fast.CrossEntropy: fast.cross_entropy,

@@ -53,7 +53,8 @@ from .common import (empty, PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedD
                      host_array, instantiate, msl_type, row_layout, threadgroup_for_rows,
                      unsupported)
 
-__all__ = ["rms_norm", "layer_norm", "rope", "attention", "cross_entropy", "LIBRARY", "DTYPES",
+__all__ = ["rms_norm", "layer_norm", "rms_norm_vjp", "layer_norm_vjp", "rope", "attention",
+           "cross_entropy", "LIBRARY", "DTYPES",
            "TARGET_DTYPES", "ROWS", "MAX_HEAD_DIM"]
 
 #: Query rows (simdgroups) per attention threadgroup; head dimensions one simdgroup holds.
@@ -98,6 +99,78 @@ template <typename T, typename U>
     if (flags[2]) y += U(bias[int64_t(k) * wb_strides[1]]);
     dest[elem_to_loc(k, red_shape, out_red_strides, red_ndim)] = T(y);
   }
+}
+
+// ---- norms' backward (RMSNormVJP, LayerNormVJP): a threadgroup per row of C-contiguous x
+// and cotangent g for dx, the row's (mean, r) kept in `stats` for the column pass; in
+// float, as the CPU kernels: gw = g * weight, xn = (x - mean) r,
+//   dx = r (gw - [centre] sum(gw) / n - xn sum(gw xn) / n).   flags = (centre, weighted)
+template <typename T, typename U>
+[[kernel]] void norm_vjp(
+    device const T* x [[buffer(0)]], device T* dx [[buffer(1)]],
+    device const T* weight [[buffer(2)]], device const T* g [[buffer(3)]],
+    device float* stats [[buffer(4)]], constant int* flags [[buffer(5)]],
+    constant float& eps [[buffer(6)]], constant uint& n [[buffer(7)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint simd_group [[simdgroup_index_in_threadgroup]]) {
+  threadgroup U partial[32];
+  const uint n_simd = (threads.x + 31) / 32;
+  const int64_t base = int64_t(group.y) * n;
+  device const T* xr = x + base;
+  device const T* gr = g + base;
+  U mean = U(0);
+  if (flags[0]) {
+    U s = U(0);
+    for (uint k = lid.x; k < n; k += threads.x) s += U(xr[k]);
+    mean = threadgroup_reduce<U, Sum<U>>(s, partial, lane, simd_group, n_simd) / U(n);
+  }
+  U ss = U(0);
+  for (uint k = lid.x; k < n; k += threads.x) {
+    const U c = U(xr[k]) - mean;
+    ss += c * c;
+  }
+  ss = threadgroup_reduce<U, Sum<U>>(ss, partial, lane, simd_group, n_simd);
+  const U r = U(1) / metal::sqrt(ss / U(n) + U(eps));
+  U s1 = U(0), s2 = U(0);
+  for (uint k = lid.x; k < n; k += threads.x) {
+    const U gw = U(gr[k]) * (flags[1] ? U(weight[k]) : U(1));
+    s1 += gw;
+    s2 += gw * (U(xr[k]) - mean) * r;
+  }
+  s1 = threadgroup_reduce<U, Sum<U>>(s1, partial, lane, simd_group, n_simd);
+  s2 = threadgroup_reduce<U, Sum<U>>(s2, partial, lane, simd_group, n_simd);
+  const U m1 = flags[0] ? s1 / U(n) : U(0), m2 = s2 / U(n);
+  for (uint k = lid.x; k < n; k += threads.x) {
+    const U gw = U(gr[k]) * (flags[1] ? U(weight[k]) : U(1));
+    const U xn = (U(xr[k]) - mean) * r;
+    dx[base + k] = T(r * (gw - m1 - xn * m2));
+  }
+  if (lid.x == 0) {
+    stats[2 * int64_t(group.y)] = float(mean);
+    stats[2 * int64_t(group.y) + 1] = float(r);
+  }
+}
+
+// The weight's and bias's cotangents: a thread per column k, summing over the rows in
+// float (g * xn, g) with the rows' (mean, r) from norm_vjp.   flags = (weighted, biased)
+template <typename T>
+[[kernel]] void norm_vjp_columns(
+    device const T* x [[buffer(0)]], device T* dw [[buffer(1)]], device T* db [[buffer(2)]],
+    device const T* g [[buffer(3)]], device const float* stats [[buffer(4)]],
+    constant int* flags [[buffer(5)]], constant uint* sizes [[buffer(6)]],
+    uint3 pos [[thread_position_in_grid]]) {
+  const uint rows = sizes[0], n = sizes[1], k = pos.x;
+  if (k >= n) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (uint i = 0; i < rows; ++i) {
+    const int64_t at = int64_t(i) * n + k;
+    const float gv = float(g[at]);
+    sw += gv * (float(x[at]) - stats[2 * int64_t(i)]) * stats[2 * int64_t(i) + 1];
+    sb += gv;
+  }
+  if (flags[0]) dw[k] = T(sw);
+  if (flags[1]) db[k] = T(sb);
 }
 
 // ---- RoPE: a thread per (pair or passed-through feature, position t, row n of B * H) --------
@@ -244,6 +317,9 @@ TARGET_DTYPES = (ldt.int8, ldt.int16, ldt.int32, ldt.int64, ldt.uint8, ldt.uint1
 LIBRARY = Library("fast", _SOURCE.replace("@PER_LANE@", str(MAX_HEAD_DIM // SIMD_WIDTH))
                   + "\n" + "".join(
     [instantiate(f"norm_{d.name}", "norm", msl_type(d), "float") for d in DTYPES]
+    + [instantiate(f"norm_vjp_{d.name}", "norm_vjp", msl_type(d), "float") for d in DTYPES]
+    + [instantiate(f"norm_vjp_columns_{d.name}", "norm_vjp_columns", msl_type(d))
+       for d in DTYPES]
     + [instantiate(f"rope_{d.name}", "rope", msl_type(d)) for d in DTYPES]
     + [instantiate(f"sdpa_{d.name}", "sdpa", msl_type(d), msl_type(d)) for d in DTYPES]
     + [instantiate(f"sdpa_boolmask_{d.name}", "sdpa", msl_type(d), "bool") for d in DTYPES]
@@ -297,6 +373,58 @@ def layer_norm(primitive, inputs, run):
     """``LayerNorm`` (inputs ``(x[, weight][, bias])``) on Metal: the output."""
     return _norm("layer_norm", inputs, run, primitive.eps, True, bool(primitive.weighted),
                  bool(primitive.biased))
+
+
+def _norm_vjp(kernel: str, inputs, run, eps: float, centre: bool, weighted: bool,
+              biased: bool):
+    """dx, then the weight's and bias's cotangents (sums over rows) of a norm."""
+    x, d = _checked(kernel, inputs[0])
+    g = inputs[-1]
+    params = list(inputs[1:-1])
+    for a in [g] + params:
+        if a.dtype != x.dtype:   # the ops cast them to x's dtype; anything else: the CPU's
+            raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
+    n = x.shape[-1] if x.ndim else 1
+    rows = x.size // n if n else 0
+    if rows == 0 or any(a.size != n for a in params):
+        raise UnsupportedDtype(f"Metal kernel {kernel} takes rows of at least one element and "
+                               f"weights of the row's length; the CPU's kernel runs this case.")
+    x = x if x.flags.c_contiguous else host_array(x)
+    g = g if g.flags.c_contiguous else host_array(g)
+    weight = host_array(params[0]).reshape(-1) if weighted else np.zeros(1, x.dtype)
+    dx = empty(run, x.shape, x.dtype)
+    stats = empty(run, (rows, 2), np.float32)
+    threads = threadgroup_for_rows(n)
+    run(Dispatch(LIBRARY, f"norm_vjp_{d.name}", [
+        x, dx, weight, g, stats, np.array([centre, weighted], np.int32),
+        np.array([eps], np.float32), np.array([n], np.uint32)],
+        (threads, rows, 1), (threads, 1, 1), writes=(1, 4)))
+    out = [dx]
+    if weighted or biased:
+        dw = empty(run, (n,), x.dtype) if weighted else np.zeros(1, x.dtype)
+        db = empty(run, (n,), x.dtype) if biased else np.zeros(1, x.dtype)
+        run(Dispatch(LIBRARY, f"norm_vjp_columns_{d.name}", [
+            x, dw, db, g, stats, np.array([weighted, biased], np.int32),
+            np.array([rows, n], np.uint32)], (n, 1, 1), (min(n, 256), 1, 1),
+            writes=(1,) * weighted + (2,) * biased))
+        if weighted:
+            out.append(dw.reshape(params[0].shape))
+        if biased:
+            out.append(db.reshape(params[-1].shape))
+    return tuple(out)
+
+
+def rms_norm_vjp(primitive, inputs, run):
+    """``RMSNormVJP`` (inputs ``(x[, weight], cotangent)``) on Metal: ``(dx[, dweight])``."""
+    return _norm_vjp("rms_norm_vjp", inputs, run, primitive.eps, False, len(inputs) > 2,
+                     False)
+
+
+def layer_norm_vjp(primitive, inputs, run):
+    """``LayerNormVJP`` (inputs ``(x[, weight][, bias], cotangent)``) on Metal: ``(dx[,
+    dweight][, dbias])``."""
+    return _norm_vjp("layer_norm_vjp", inputs, run, primitive.eps, True,
+                     bool(primitive.weighted), bool(primitive.biased))
 
 
 # -- RoPE ----------------------------------------------------------------------------------------
