@@ -238,6 +238,18 @@ def test_partition_is_a_sort_with_numpys_kth_element():
         _same(got, np.sort(x, axis=1), "partition is the sorted row")
 
 
+def test_topk_is_the_sorts_last_k():
+    # In no particular order (MLX's and the CPU's orders differ): the same multiset.
+    gen = rng(46)
+    for dtype in ("float32", "float16", "int32"):
+        x = _sort_data((4, 2600), dtype, gen)        # rows past a block: the merge passes
+        for axis, k in ((1, 0), (1, 7), (1, 2600), (0, 3)):
+            got = sorting.topk(so.TopK(S, axis, k), [x], run)
+            want = np.sort(x, axis=axis).take(range(x.shape[axis] - k, x.shape[axis]), axis)
+            assert got.shape == want.shape and got.dtype == x.dtype
+            _same(np.sort(got, axis=axis), want, f"topk {dtype} axis {axis} k {k}")
+
+
 def test_sort_of_empty_arrays_and_unsupported_dtypes():
     for shape, axis in (((0, 5), 1), ((3, 0), 1), ((0,), 0)):
         assert sorting.sort(so.Sort(S, axis), [np.ones(shape, np.float32)], run).shape == shape
@@ -251,6 +263,7 @@ def test_the_table_lists_the_kernels_and_their_libraries():
     assert kernels.KERNELS[red.Scan] is scans.scan
     assert kernels.KERNELS[rd.RandomBits] is random.random_bits
     assert kernels.KERNELS[so.ArgPartition] is sorting.argpartition
+    assert kernels.KERNELS[so.TopK] is sorting.topk
     for library in (scans.LIBRARY, random.LIBRARY, sorting.LIBRARY):
         assert library in kernels.LIBRARIES
         # Templates instantiated from tables: one kernel text per kind, whatever the dtype.
@@ -321,9 +334,11 @@ def test_sorts_through_the_backend(on_metal):
                 cpu, gpu = _both(lambda v, stream: fn(v, axis=axis, stream=stream), a)
                 assert gpu.dtype == cpu.dtype and gpu.shape == cpu.shape
                 _same(gpu, cpu, f"{name} {dtype} axis {axis}")
+        cpu, gpu = _both(lambda v, stream: mx.topk(v, 4, axis=-1, stream=stream), x)
+        _same(np.sort(gpu, -1), np.sort(cpu, -1), f"topk {dtype}")
         cpu, gpu = _both(lambda v, stream: mx.partition(v, 5, axis=-1, stream=stream), x)
         _same(gpu[:, 5], cpu[:, 5], f"partition {dtype}")
         cpu, gpu = _both(lambda v, stream: mx.argpartition(v, 5, axis=-1, stream=stream), x)
         kth = np.take_along_axis(np.asarray(x), gpu.astype(np.int64), -1)[:, 5]
         _same(kth, np.take_along_axis(np.asarray(x), cpu.astype(np.int64), -1)[:, 5], dtype)
-    assert on_metal["cpu_fallback"] == 0 and on_metal["builtin"] >= 4 * 8
+    assert on_metal["cpu_fallback"] == 0 and on_metal["builtin"] >= 4 * 9

@@ -38,7 +38,7 @@ from lazyx import dtypes as ldt
 from .common import (empty, PRELUDE, MAX_THREADGROUP, Dispatch, Library, bindable, instantiate,
                      msl_type, row_layout, unsupported)
 
-__all__ = ["sort", "argsort", "partition", "argpartition", "LIBRARY", "DTYPES", "BLOCK"]
+__all__ = ["sort", "argsort", "partition", "argpartition", "topk", "LIBRARY", "DTYPES", "BLOCK"]
 
 #: Elements one threadgroup sorts in threadgroup memory: 2048 x (8-byte value + 4-byte
 #: index) = 24 KiB, within Apple GPUs' 32 KiB.
@@ -214,7 +214,9 @@ def _sorted(kernel: str, primitive, inputs, run, arg: bool):
                      (threads, rows, 1), (threads, 1, 1)))
         return out
     # Sorted blocks into scratch, then merge passes between two scratch pairs.
-    pairs = [(np.empty((rows, n), x.dtype), np.empty((rows, n), np.uint32)) for _ in range(2)]
+    # (shared buffers on the GPU: the passes bind them in place, nothing copied back)
+    pairs = [(empty(run, (rows, n), x.dtype), empty(run, (rows, n), np.uint32))
+             for _ in range(2)]
     run(Dispatch(LIBRARY, f"sort_block_{name}",
                  [x, no_out, *pairs[0], _u32(n), *layout, _u32(1)],
                  (threads * blocks, rows, 1), (threads, 1, 1), writes=(2, 3)))
@@ -241,6 +243,15 @@ def sort(primitive, inputs, run):
 def argsort(primitive, inputs, run):
     """``ArgSort`` along ``axis`` on Metal: the uint32 indices of a stable sort."""
     return _sorted("argsort", primitive, inputs, run, arg=True)
+
+
+def topk(primitive, inputs, run):
+    """``TopK`` (the ``k`` largest along ``axis``, in no particular order) on Metal: the
+    last ``k`` of the row-wise sort (ascending), a view of its output."""
+    out = _sorted("topk", primitive, inputs, run, arg=False)
+    axis = primitive.axis % out.ndim
+    n = out.shape[axis]
+    return out[(slice(None),) * axis + (slice(n - primitive.k, n),)]
 
 
 def partition(primitive, inputs, run):
