@@ -58,6 +58,7 @@ the tests check the Metal backend on Linux (``lazyx.backends.metal.emulate_on_cp
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import sys
 import threading
@@ -189,6 +190,17 @@ class _Batch:
         self.outputs = []  # the shared buffers its launches write in place
 
 
+def _serialised(fn):
+    """``fn`` under the batch's lock: evaluations on several threads share the open
+    command buffer, and a command buffer is not safe to encode into from two at once."""
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        with _batch_lock:
+            return fn(*args, **kwargs)
+    return locked
+
+
+_batch_lock = threading.RLock()
 _batch = {"depth": 0, "open": None}  # evaluations entered; the command buffer encoding
 _inflight: list = []                 # committed command buffers, not yet waited for
 _fence_installed = [False]
@@ -199,12 +211,14 @@ _failed = weakref.WeakKeyDictionary()
 _written = weakref.WeakSet()
 
 
+@_serialised
 def begin_batch() -> None:
     """An evaluation starts (the backend's ``enter_eval``): its launches go into one
     command buffer."""
     _batch["depth"] += 1
 
 
+@_serialised
 def end_batch() -> None:
     """An evaluation ends (``exit_eval``): its command buffer is committed, not waited
     for; the first read of a result waits (:func:`wait_all`)."""
@@ -233,6 +247,7 @@ def pending() -> bool:
     return bool(_inflight) or _batch["open"] is not None
 
 
+@_serialised
 def wait_all() -> None:
     """Commit what is encoded and wait for every command buffer in flight, in order;
     copy results that live outside shared buffers back; raise the first GPU error."""
@@ -467,6 +482,7 @@ def _three(sizes) -> tuple:
     return tuple(int(n) for n in sizes) + (1,) * (3 - len(sizes))
 
 
+@_serialised
 def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
             threadgroup_memory: tuple) -> None:
     """One compute command on the GPU: bind, dispatch, and leave it in the evaluation's
