@@ -254,6 +254,9 @@ CASES += [
          reference=lambda x: mx.sort(x, axis=-1)),
     Case("argpartition kth=4", lambda x: mx.argpartition(x, 4, axis=-1), NUMBERS, ((6, 33),),
          BUILTIN, reference=lambda x: mx.argsort(x, axis=-1)),
+    Case("searchsorted right",
+         lambda s, v: mx.searchsorted(mx.sort(s, stream=mx.cpu), v, side="right"), NUMBERS,
+         ((40,), (5, 6)), BUILTIN),
     # topk's order is free: both sides sorted after it
     Case("topk k=5", lambda x: mx.sort(mx.topk(x, 5, axis=-1), axis=-1), NUMBERS, ((6, 33),),
          BUILTIN),

@@ -250,6 +250,30 @@ def test_topk_is_the_sorts_last_k():
             _same(np.sort(got, axis=axis), want, f"topk {dtype} axis {axis} k {k}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8", "bool"])
+def test_searchsorted_is_numpys(dtype):
+    gen = rng(47)
+    seq = np.sort(_sort_data((37,), dtype, gen))
+    values = _sort_data((5, 9), dtype, gen)
+    if dtype.startswith("float"):
+        seq[-2:] = np.nan                            # NaNs sort last: both sides count them
+        values[0, :3] = [np.nan, seq[0], seq[10]]
+    else:
+        values[0, :2] = [seq[0], seq[10]]            # ties: left and right differ
+    for side in ("left", "right"):
+        for vals in (values, values.T, values[::2, ::-1]):   # any layout of the values
+            got = sorting.searchsorted(so.SearchSorted(S, side), [seq, vals], run)
+            assert got.dtype == np.uint32 and got.shape == vals.shape
+            np.testing.assert_array_equal(got, np.searchsorted(seq, vals, side=side))
+        # a strided sequence, and an empty one
+        wide = np.repeat(seq, 2)[::2]
+        np.testing.assert_array_equal(
+            sorting.searchsorted(so.SearchSorted(S, side), [wide, values], run),
+            np.searchsorted(wide, values, side=side))
+        np.testing.assert_array_equal(
+            sorting.searchsorted(so.SearchSorted(S, side), [seq[:0], values], run), 0)
+
+
 def test_sort_of_empty_arrays_and_unsupported_dtypes():
     for shape, axis in (((0, 5), 1), ((3, 0), 1), ((0,), 0)):
         assert sorting.sort(so.Sort(S, axis), [np.ones(shape, np.float32)], run).shape == shape
@@ -264,10 +288,12 @@ def test_the_table_lists_the_kernels_and_their_libraries():
     assert kernels.KERNELS[rd.RandomBits] is random.random_bits
     assert kernels.KERNELS[so.ArgPartition] is sorting.argpartition
     assert kernels.KERNELS[so.TopK] is sorting.topk
+    assert kernels.KERNELS[so.SearchSorted] is sorting.searchsorted
     for library in (scans.LIBRARY, random.LIBRARY, sorting.LIBRARY):
         assert library in kernels.LIBRARIES
-        # Templates instantiated from tables: one kernel text per kind, whatever the dtype.
-        assert library.source.count("[[kernel]] void") <= 2
+        # Templates instantiated from tables: one kernel text per kind, whatever the dtype
+        # (scans; random bits; sorting's block sort, merge and search).
+        assert library.source.count("[[kernel]] void") <= 3
 
 
 # -- through the backend (emulated) against the CPU backend -----------------------------------
@@ -334,6 +360,10 @@ def test_sorts_through_the_backend(on_metal):
                 cpu, gpu = _both(lambda v, stream: fn(v, axis=axis, stream=stream), a)
                 assert gpu.dtype == cpu.dtype and gpu.shape == cpu.shape
                 _same(gpu, cpu, f"{name} {dtype} axis {axis}")
+        ordered = mx.sort(mx.reshape(x, (-1,)), stream=mx.cpu)
+        cpu, gpu = _both(lambda v, stream: mx.searchsorted(ordered, v, side="right",
+                                                           stream=stream), x)
+        _same(gpu, cpu, f"searchsorted {dtype}")
         cpu, gpu = _both(lambda v, stream: mx.topk(v, 4, axis=-1, stream=stream), x)
         _same(np.sort(gpu, -1), np.sort(cpu, -1), f"topk {dtype}")
         cpu, gpu = _both(lambda v, stream: mx.partition(v, 5, axis=-1, stream=stream), x)
@@ -341,4 +371,4 @@ def test_sorts_through_the_backend(on_metal):
         cpu, gpu = _both(lambda v, stream: mx.argpartition(v, 5, axis=-1, stream=stream), x)
         kth = np.take_along_axis(np.asarray(x), gpu.astype(np.int64), -1)[:, 5]
         _same(kth, np.take_along_axis(np.asarray(x), cpu.astype(np.int64), -1)[:, 5], dtype)
-    assert on_metal["cpu_fallback"] == 0 and on_metal["builtin"] >= 4 * 9
+    assert on_metal["cpu_fallback"] == 0 and on_metal["builtin"] >= 4 * 10

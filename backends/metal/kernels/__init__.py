@@ -23,6 +23,7 @@ is built from it (``lazyx.backends.metal``).
 | ``Scan`` | scans | rows (any axis, strided; SIMD prefix scans, chunked along long rows) |
 | ``RandomBits`` | random | Threefry-2x32, the CPU's counters (any key batch, any width) |
 | ``Sort``, ``ArgSort``, ``(Arg)Partition``, ``TopK`` | sorting | bitonic blocks (2048), merge passes (TopK: the sort's last k) |
+| ``SearchSorted`` | sorting | a binary search per value, the sort's order (NaNs last) |
 | ``Gather``, ``GatherAxis`` | indexing | one thread per element, bounds-checked indices |
 | ``Scatter``, ``ScatterAxis`` | indexing | owner election (atomics), ordered folds of repeats |
 | ``RMSNorm``, ``LayerNorm``, ``RoPE``, ``ScaledDotProductAttention``, ``CrossEntropy`` | fast | norm rows, a thread per rotated pair, online-softmax attention (a simdgroup per query row), cross-entropy rows |
@@ -64,6 +65,7 @@ KERNELS = {
     _sorting.Partition: sorting.partition,
     _sorting.ArgPartition: sorting.argpartition,
     _sorting.TopK: sorting.topk,
+    _sorting.SearchSorted: sorting.searchsorted,
     **indexing.KERNELS,   # Gather(Axis), Scatter(Axis), SliceUpdate
     **shapes.KERNELS,     # Concatenate, Pad, Contiguous, ...: the shapes pack's copies
     _fast.RMSNorm: fast.rms_norm,   # the fast pack's forwards, and the norms' backwards

@@ -38,7 +38,8 @@ from lazyx import dtypes as ldt
 from .common import (empty, PRELUDE, MAX_THREADGROUP, Dispatch, Library, bindable, instantiate,
                      msl_type, row_layout, unsupported)
 
-__all__ = ["sort", "argsort", "partition", "argpartition", "topk", "LIBRARY", "DTYPES", "BLOCK"]
+__all__ = ["sort", "argsort", "partition", "argpartition", "topk", "searchsorted", "LIBRARY",
+           "DTYPES", "BLOCK"]
 
 #: Elements one threadgroup sorts in threadgroup memory: 2048 x (8-byte value + 4-byte
 #: index) = 24 KiB, within Apple GPUs' 32 KiB.
@@ -172,6 +173,28 @@ template <typename T, bool arg>
     dst_indices[base + place] = index;
   }
 }
+
+// SearchSorted: a thread per value (of any layout: `value_loc`), a binary search of the
+// ascending 1-D sequence (stride `seq_stride` elements) in the sort's order (NaNs last):
+// the count of elements before the value (`right`: not after it).
+template <typename T, bool right>
+[[kernel]] void searchsorted(
+    device const T* seq [[buffer(0)]], device uint* out [[buffer(1)]],
+    device const T* values [[buffer(2)]], constant uint* sizes [[buffer(3)]],
+    constant int* value_shape [[buffer(4)]], constant int64_t* value_strides [[buffer(5)]],
+    constant int& value_ndim [[buffer(6)]], uint pos [[thread_position_in_grid]]) {
+  const uint n = sizes[0], count = sizes[1], stride = sizes[2];
+  if (pos >= count) return;
+  const T v = values[elem_to_loc(pos, value_shape, value_strides, value_ndim)];
+  uint lo = 0, hi = n;
+  while (lo < hi) {
+    const uint mid = lo + (hi - lo) / 2;
+    const T s = seq[int64_t(mid) * stride];
+    // left: s before v; right: v not before s
+    if (right ? !value_less(v, s) : value_less(s, v)) lo = mid + 1; else hi = mid;
+  }
+  out[pos] = lo;
+}
 """
 
 #: The dtypes the sort kernels have versions for.
@@ -181,7 +204,10 @@ DTYPES = (ldt.bool_, ldt.int8, ldt.uint8, ldt.int16, ldt.uint16, ldt.int32, ldt.
 LIBRARY = Library("sorting", _SOURCE + "\n" + "".join(
     instantiate(f"{kernel}_{d.name}{'_arg' if arg else ''}", kernel, msl_type(d),
                 "true" if arg else "false")
-    for kernel in ("sort_block", "sort_merge") for d in DTYPES for arg in (False, True)))
+    for kernel in ("sort_block", "sort_merge") for d in DTYPES for arg in (False, True))
+    + "".join(instantiate(f"searchsorted_{d.name}_{side}", "searchsorted", msl_type(d),
+                          "true" if side == "right" else "false")
+              for d in DTYPES for side in ("left", "right")))
 
 _MERGE_THREADS = 256
 
@@ -243,6 +269,28 @@ def sort(primitive, inputs, run):
 def argsort(primitive, inputs, run):
     """``ArgSort`` along ``axis`` on Metal: the uint32 indices of a stable sort."""
     return _sorted("argsort", primitive, inputs, run, arg=True)
+
+
+def searchsorted(primitive, inputs, run):
+    """``SearchSorted`` (inputs ``(sorted_sequence, values)``) on Metal: uint32 insertion
+    indices of the values' shape, NumPy's ``searchsorted`` (NaNs last)."""
+    seq, values = bindable(inputs[0]), bindable(inputs[1])
+    d = ldt.from_numpy(seq.dtype)
+    if d not in DTYPES or values.dtype != seq.dtype:
+        raise unsupported("searchsorted", ldt.from_numpy(values.dtype), DTYPES)
+    out = empty(run, values.shape, np.uint32)
+    if out.size == 0:
+        return out
+    if seq.size >= 2 ** 32 or out.size >= 2 ** 32:
+        raise UnsupportedDtype("Metal kernel searchsorted counts with 32-bit integers; "
+                               "these arrays are past them.")
+    stride = seq.strides[0] // seq.itemsize if seq.ndim and seq.size > 1 else 0
+    rows, _, layout = row_layout(values.shape, (), values)
+    run(Dispatch(LIBRARY, f"searchsorted_{d.name}_{primitive.side}", [
+        seq if seq.size else np.zeros(1, seq.dtype), out, values,
+        np.array([seq.size, out.size, stride], np.uint32), *layout[3:]],
+        (out.size, 1, 1), (min(out.size, 256), 1, 1)))
+    return out
 
 
 def topk(primitive, inputs, run):
