@@ -15,3 +15,23 @@ from lazyx.testing.checks import (  # noqa: F401
     ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, REAL_DTYPES, SIGNED_DTYPES, TOLERANCES,
     assert_close, check_jvp_vjp, check_op, check_vjp_fd, check_vmap_loop, has_rules,
     reference_dtype, random_array, rng, to_lazyx)
+
+
+def run_in_threads(work, n: int) -> None:
+    """Run ``work(i)`` for ``i`` in ``range(n)``, each on its own thread at once; raise the
+    first exception a thread raised (a failure on a thread would otherwise only print)."""
+    import threading
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from helpers import random_array, rng
+from helpers import random_array, rng, run_in_threads
 from lazyx.backends import metal
 from lazyx.backends.metal import runtime
 from lazyx.errors import BackendError
@@ -387,24 +387,15 @@ def test_a_launchers_host_copy_waits_for_the_work_that_writes_it(fake):
 def test_evaluations_on_several_threads_share_the_batch_safely(fake):
     # Launches from several threads go into the shared command buffer one at a time
     # (the runtime's lock); every thread's results are right once read.
-    import threading
     xs = [random_array((8, 16), mx.float32, rng(70 + i), -1, 1) for i in range(4)]
-    got, errors = [None] * 4, []
+    got = [None] * 4
 
     def work(i):
-        try:
-            with mx.stream(mx.gpu):
-                y = mx.softmax(mx.exp(mx.array(xs[i])) * 0.5, axis=-1)
-            mx.eval(y)
-            got[i] = np.asarray(y)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+        with mx.stream(mx.gpu):
+            y = mx.softmax(mx.exp(mx.array(xs[i])) * 0.5, axis=-1)
+        mx.eval(y)
+        got[i] = np.asarray(y)
+    run_in_threads(work, 4)
     for x, y in zip(xs, got):
         e = np.exp(np.exp(x.astype(F64)) * 0.5)
         np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-8)

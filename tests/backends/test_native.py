@@ -16,7 +16,8 @@ import pytest
 import lazyx.core as mx
 from lazyx.backend import backends
 from lazyx.backends.cpu import native_kernels
-from helpers import FLOAT_DTYPES, TOLERANCES, assert_close, random_array, to_lazyx
+from helpers import (FLOAT_DTYPES, TOLERANCES, assert_close, random_array, run_in_threads,
+                     to_lazyx)
 
 native = native_kernels.load()
 pytestmark = pytest.mark.skipif(native is None, reason="the native module was not built")
@@ -137,21 +138,12 @@ def test_kernels_called_from_several_threads_at_once(threads):
     threads(2)
     x = random_array((64, 9_000), mx.float32, low=-10, high=10)
     expected = softmax64(x)
-    errors = []
 
-    def work():
-        try:
-            for _ in range(3):
-                assert_matches(run_native("softmax", x, 9_000, False), expected)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+    def work(_):
+        for _ in range(3):
+            assert_matches(run_native("softmax", x, 9_000, False), expected)
 
-    ts = [threading.Thread(target=work) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
+    run_in_threads(work, 4)
 
 
 def test_parked_helpers_wake_for_the_next_kernel(threads):

@@ -2,12 +2,12 @@
 and the NumPy allocation handler behind them (calloc, realloc, threads)."""
 
 import gc
-import threading
 
 import numpy as np
 import pytest
 
 import lazyx.core as mx
+from helpers import run_in_threads
 from lazyx.backends.cpu import native_kernels
 from lazyx.errors import KernelNotFoundError
 from lazyx.primitive import Primitive
@@ -231,30 +231,21 @@ def test_frees_after_exit_come_back_to_the_handler():
 
 def test_threads_allocating_at_once(handler):
     base = native.memory_stats()["active"]
-    errors = []
 
     def work(seed):
+        rng = np.random.default_rng(seed)
+        token = native.enter_eval()  # each thread has its own context
         try:
-            rng = np.random.default_rng(seed)
-            token = native.enter_eval()  # each thread has its own context
-            try:
-                for _ in range(40):
-                    n = int(rng.integers(1, 300_000))
-                    a = np.ones(n, np.float32) + 1  # NumPy drops the GIL in the add
-                    assert a[-1] == 2.0 and handler_name(a) == "lazyx_allocator"
-                    b = np.zeros(n // 2 + 1)
-                    b.resize(n + 7, refcheck=False)
-                    del a, b
-            finally:
-                native.exit_eval(token)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+            for _ in range(40):
+                n = int(rng.integers(1, 300_000))
+                a = np.ones(n, np.float32) + 1  # NumPy drops the GIL in the add
+                assert a[-1] == 2.0 and handler_name(a) == "lazyx_allocator"
+                b = np.zeros(n // 2 + 1)
+                b.resize(n + 7, refcheck=False)
+                del a, b
+        finally:
+            native.exit_eval(token)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
+    run_in_threads(work, 4)
     gc.collect()
     assert native.memory_stats()["active"] == base
