@@ -32,8 +32,8 @@ primitive class), first match wins:
 float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
 :class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
 MLX refuses float64 on the GPU. Attention's backward, linear algebra, FFTs and the
-gathered, block-masked and segmented products still fall back to the CPU, which is why
-the backend stays opt-in on a Mac (``LAZYX_METAL=1``).
+block-masked and segmented products still fall back to the CPU, which is why the backend
+stays opt-in on a Mac (``LAZYX_METAL=1``).
 
 :func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
 available on any machine with a C++ compiler and runs every Metal kernel (generated,

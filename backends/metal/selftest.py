@@ -361,6 +361,8 @@ CASES += [
          lambda x, w: mx.quantized_matmul(x, *_packed(w, 3), transpose=False, group_size=32,
                                           bits=3),
          FLOATS, ((2, 16), (16, 64)), BUILTIN),
+    Case("gather_mm", lambda a, b: mx.gather_mm(a, b, mx.array([3, 0, 3]), mx.array([1, 1, 0])),
+         FLOATS, ((4, 5, 12), (2, 12, 7)), BUILTIN),
     Case("dequantize 5-bit",
          lambda w: mx.dequantize(*_packed(w, 5), group_size=32, bits=5), FLOATS, ((6, 64),),
          BUILTIN),

@@ -194,10 +194,12 @@ def test_dtypes_without_a_kernel_are_refused_naming_the_dtypes_it_has():
 def test_the_table_and_the_library():
     assert kernels.KERNELS[pr.Matmul] is products.matmul
     assert kernels.KERNELS[pr.AddMM] is products.addmm
+    from lazyx.plugins import matmuls as mm
+    assert kernels.KERNELS[mm.GatherMM] is products.gather_mm
     assert products.LIBRARY in kernels.LIBRARIES
-    # One template, instantiated per dtype and kind from the tables.
+    # One template, instantiated per dtype and kind (matmul, addmm, gather_mm) from the tables.
     assert products.LIBRARY.source.count("[[kernel]] void") == 1
-    assert products.LIBRARY.source.count("[[host_name(") == 2 * len(products.DTYPES)
+    assert products.LIBRARY.source.count("[[host_name(") == 3 * len(products.DTYPES)
 
 
 # -- through the backend: stream=mx.gpu, emulated -------------------------------------------------
@@ -253,3 +255,37 @@ def test_matmul_is_no_longer_a_cpu_fallback(on_metal):
     with pytest.raises(DtypeError, match=r"^AddMM cannot run on the Metal GPU with float64 inputs"):
         y = mx.array(np.ones((2, 2)), dtype=mx.float64)
         mx.eval(mx.addmm(y, y, y, stream=mx.gpu))
+
+
+# -- GatherMM: each batch position's matrices picked by index arrays ----------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_mm_picks_each_positions_matrices(dtype):
+    from lazyx.errors import IndexOutOfRangeError
+    from lazyx.plugins import matmuls as mm
+    gen = rng(80)
+    a = operand((2, 3, 33, 20), dtype, gen)          # a stack of 6 (A = (2, 3))
+    b = operand((4, 20, 17), dtype, gen, "transposed")   # 4, each a transposed view
+    lhs = np.array([[5, 0], [2, 2], [1, 5]], np.int32)
+    rhs = np.array([[3, 3], [0, 1], [2, 0]], np.int32)
+    p = mm.GatherMM(S, False)
+    for order in (run, run_reversed):
+        got = products.gather_mm(p, [a, b, lhs, rhs], order)
+        assert got.shape == (3, 2, 33, 17) and got.dtype == a.dtype
+        a3, b3 = a.reshape(-1, 33, 20).astype(F64), b.astype(F64)
+        want = np.matmul(a3[lhs], b3[rhs])
+        scale = np.matmul(np.abs(a3[lhs]), np.abs(b3[rhs]))
+        check_product(got, want, scale, 20, dtype, "gather_mm")
+    with pytest.raises(IndexOutOfRangeError, match="rhs_indices holds 4"):
+        products.gather_mm(p, [a, b, lhs, rhs + 1], run)
+
+
+def test_gather_mm_through_the_backend(on_metal):
+    gen = rng(81)
+    a = mx.array(operand((4, 5, 12), "float32", gen))
+    b = mx.array(operand((3, 12, 7), "float32", gen))
+    lhs, rhs = mx.array([3, 0, 3, 1]), mx.array([2, 2, 0, 1])
+    got = mx.gather_mm(a, b, lhs, rhs, stream=mx.gpu)
+    cpu = mx.gather_mm(a, b, lhs, rhs, stream=mx.cpu)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(cpu), rtol=1e-5, atol=1e-6)
+    assert "GatherMM" not in on_metal["cpu_fallback_by_primitive"]
+    assert on_metal["builtin"] >= 1

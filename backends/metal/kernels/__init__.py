@@ -18,7 +18,7 @@ is built from it (``lazyx.backends.metal``).
 | --- | --- | --- |
 | ``Reduce`` | reductions | rows (any axes, strided), columns (leading axes, contiguous) |
 | ``ArgReduce`` | reductions | rows |
-| ``Matmul``, ``AddMM`` | products | 32 x 32 output tiles in threadgroup memory, K steps of 16, batched and transposed by strides |
+| ``Matmul``, ``AddMM``, ``GatherMM`` | products | 32 x 32 output tiles in threadgroup memory, K steps of 16, batched and transposed by strides (GatherMM: each batch position's matrices picked by its indices) |
 | ``Softmax``, ``LogSumExp`` | softmax | rows (any axes, strided) |
 | ``Scan`` | scans | rows (any axis, strided; SIMD prefix scans, chunked along long rows) |
 | ``RandomBits`` | random | Threefry-2x32, the CPU's counters (any key batch, any width) |
@@ -35,6 +35,7 @@ is built from it (``lazyx.backends.metal``).
 """
 
 from lazyx.plugins import conv as _conv
+from lazyx.plugins import matmuls as _matmuls
 from lazyx.plugins import fast as _fast
 from lazyx.plugins import products as _products
 from lazyx.plugins import quantized as _quantized
@@ -58,6 +59,7 @@ KERNELS = {
     _products.Softmax: softmax.softmax,
     _products.Matmul: products.matmul,
     _products.AddMM: products.addmm,
+    _matmuls.GatherMM: products.gather_mm,
     _reductions.Scan: scans.scan,
     _random.RandomBits: random.random_bits,
     _sorting.Sort: sorting.sort,

@@ -37,10 +37,10 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import (empty, PRELUDE, Dispatch, Library, _collapse, bindable, instantiate, msl_type,
-                     unsupported)
+from .common import (empty, PRELUDE, Dispatch, Library, UnsupportedDtype, _collapse, bindable,
+                     host_array, instantiate, msl_type, unsupported)
 
-__all__ = ["matmul", "addmm", "LIBRARY", "DTYPES", "TILE", "THREADS"]
+__all__ = ["matmul", "addmm", "gather_mm", "LIBRARY", "DTYPES", "TILE", "THREADS"]
 
 #: Output tile (rows = columns) of one threadgroup, and its threads per side.
 TILE, THREADS = 32, 16
@@ -53,7 +53,7 @@ static constant constexpr const int BM = TM / RT, BN = TN / RT;
 
 // out[z] = alpha * (a[z] @ b[z]) (+ beta * c[z]) for the batch position z = group.z.
 // a: rows M, columns K; b: rows K, columns N; c: M x N; all through strides (elements).
-template <typename T, typename U, bool add_c>
+template <typename T, typename U, bool add_c, bool gathered>
 [[kernel]] void matmul(
     device const T* a [[buffer(0)]], device T* out [[buffer(1)]],
     device const T* b [[buffer(2)]], device const T* c [[buffer(3)]],
@@ -63,14 +63,19 @@ template <typename T, typename U, bool add_c>
     constant int* batch_shape [[buffer(8)]], constant int64_t* a_batch [[buffer(9)]],
     constant int64_t* b_batch [[buffer(10)]], constant int64_t* c_batch [[buffer(11)]],
     constant int& batch_ndim [[buffer(12)]], constant float* scale [[buffer(13)]],
+    device const int* lhs [[buffer(14)]], device const int* rhs [[buffer(15)]],
     uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]]) {
   threadgroup U a_tile[TM][TK + 1];
   threadgroup U b_tile[TK][TN + 1];
   const int M = mnk[0], N = mnk[1], K = mnk[2];
   const int t = int(lid.y) * RT + int(lid.x);
   const int row0 = int(group.y) * TM, col0 = int(group.x) * TN;
-  device const T* A = a + elem_to_loc(group.z, batch_shape, a_batch, batch_ndim);
-  device const T* B = b + elem_to_loc(group.z, batch_shape, b_batch, batch_ndim);
+  // gathered (GatherMM): the batch position's matrices are a[lhs[z]] and b[rhs[z]] of the
+  // operands' stacks (batch stride a_batch[0], b_batch[0]); else the broadcast batch.
+  device const T* A = a + (gathered ? int64_t(lhs[group.z]) * a_batch[0]
+                                    : elem_to_loc(group.z, batch_shape, a_batch, batch_ndim));
+  device const T* B = b + (gathered ? int64_t(rhs[group.z]) * b_batch[0]
+                                    : elem_to_loc(group.z, batch_shape, b_batch, batch_ndim));
   U acc[BM][BN];
   for (int i = 0; i < BM; ++i)
     for (int j = 0; j < BN; ++j) acc[i][j] = U(0);
@@ -124,8 +129,13 @@ template <typename T, typename U, bool add_c>
 DTYPES = (ldt.float32, ldt.float16, ldt.bfloat16)
 
 LIBRARY = Library("products", _SOURCE + "\n" + "".join(
-    instantiate(f"{kind}_{d.name}", "matmul", msl_type(d), "float", add_c)
-    for kind, add_c in (("matmul", "false"), ("addmm", "true")) for d in DTYPES))
+    instantiate(f"{kind}_{d.name}", "matmul", msl_type(d), "float", add_c, gathered)
+    for kind, add_c, gathered in (("matmul", "false", "false"), ("addmm", "true", "false"),
+                                  ("gather_mm", "false", "true"))
+    for d in DTYPES))
+
+#: Index stand-ins for the products that gather nothing (buffers 14 and 15 are bound).
+_NO_INDEX = np.zeros(1, np.int32)
 
 
 def _strides(x: np.ndarray, ndim: int) -> list:
@@ -184,8 +194,53 @@ def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
         np.array(a_mat, np.int64), np.array(b_mat, np.int64), np.array(c_mat, np.int64),
         np.array(dims or [1], np.int32), np.array(a_batch or [0], np.int64),
         np.array(b_batch or [0], np.int64), np.array(c_batch or [0], np.int64),
-        np.array([len(dims)], np.int32), np.array([alpha, beta], np.float32)],
+        np.array([len(dims)], np.int32), np.array([alpha, beta], np.float32),
+        _NO_INDEX, _NO_INDEX],
         (tiles[0] * THREADS, tiles[1] * THREADS, math.prod(batch)), (THREADS, THREADS, 1)))
+    return out
+
+
+def _stack(x: np.ndarray) -> np.ndarray:
+    """``x`` as a stack of matrices ``(-1, rows, columns)``: a view, or a host copy where
+    its strides cannot say that."""
+    try:
+        return x.reshape((-1,) + x.shape[-2:], copy=False)
+    except ValueError:
+        return host_array(x).reshape((-1,) + x.shape[-2:])
+
+
+def gather_mm(primitive, inputs, run):
+    """``GatherMM`` (inputs ``(a, b, lhs, rhs)``: ``out[i] = a[lhs[i]] @ b[rhs[i]]`` over
+    the flat batch positions of the stacks ``a (*A, M, K)`` and ``b (*B, K, N)``) on Metal:
+    the tiled product with each batch position's matrices picked by the indices, which
+    are checked on the host first (as the CPU's kernel does)."""
+    from lazyx.backends.cpu.kernels.matmuls import check_indices  # the CPU's messages
+    a, b = bindable(inputs[0]), bindable(inputs[1])
+    d = ldt.from_numpy(a.dtype)
+    if d not in DTYPES or b.dtype != a.dtype:
+        raise unsupported("gather_mm", ldt.from_numpy(b.dtype) if d in DTYPES else d, DTYPES)
+    lhs, rhs = host_array(inputs[2], np.int32), host_array(inputs[3], np.int32)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    check_indices(lhs.reshape(-1), math.prod(a.shape[:-2]), "lhs_indices", a.shape)
+    check_indices(rhs.reshape(-1), math.prod(b.shape[:-2]), "rhs_indices", b.shape)
+    out = empty(run, lhs.shape + (M, N), a.dtype)
+    if out.size == 0:
+        return out
+    if K == 0:
+        raise UnsupportedDtype("Metal kernel gather_mm reads its operands; with K = 0 the "
+                               "CPU's kernel writes the zeros.")
+    a3, b3 = _stack(a), _stack(b)
+    a_mat, b_mat = _strides(a3, 3), _strides(b3, 3)
+    tiles = (math.ceil(N / TILE), math.ceil(M / TILE))
+    count = lhs.size
+    run(Dispatch(LIBRARY, f"gather_mm_{d.name}", [
+        a3, out, b3, np.zeros(1, a.dtype), np.array([M, N, K], np.int32),
+        np.array(a_mat[1:], np.int64), np.array(b_mat[1:], np.int64), np.zeros(2, np.int64),
+        np.ones(1, np.int32), np.array([a3.strides[0] // a3.itemsize], np.int64),
+        np.array([b3.strides[0] // b3.itemsize], np.int64), np.zeros(1, np.int64),
+        np.array([1], np.int32), np.array([1.0, 0.0], np.float32),
+        lhs.reshape(-1), rhs.reshape(-1)],
+        (tiles[0] * THREADS, tiles[1] * THREADS, count), (THREADS, THREADS, 1)))
     return out
 
 
