@@ -53,7 +53,8 @@ from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast
 from lazyx.array import array, from_buffer, lazy, lazy_multi
 from lazyx.device import to_stream
-from lazyx.errors import ArgumentError, DtypeError, ShapeError, TransformError
+from lazyx.errors import (ArgumentError, DtypeError, IndexOutOfRangeError, ShapeError,
+                          TransformError)
 from lazyx.examples import example, uniform
 from lazyx.hookspecs import hookimpl, pack_hooks
 from lazyx.primitive import Primitive
@@ -333,6 +334,26 @@ class _QuantizedProduct(Primitive):
     def columns(self, w_shape: tuple) -> int:
         """N: the output columns of a product with packed weights of shape ``w_shape``."""
         return w_shape[-2] if self.transpose else w_shape[-1] * 32 // self.bits
+
+
+# The kernels' common layout (CPU native, CUDA, Metal): ``out[p] = x[xi[p]] @ W(wi[p])`` over
+# index pairs into the flat batches of x and w.
+def batch_pairs(xlead: tuple, wlead: tuple) -> tuple:
+    """``(batch, xi, wi)`` of ``quantized_matmul``: the broadcast batch of x's and w's
+    batch shapes and, per position of it, the flat positions in each (int64 NumPy)."""
+    batch = np.broadcast_shapes(xlead, wlead)
+    xi = np.broadcast_to(np.arange(math.prod(xlead), dtype=np.int64).reshape(xlead), batch)
+    wi = np.broadcast_to(np.arange(math.prod(wlead), dtype=np.int64).reshape(wlead), batch)
+    return batch, xi.ravel(), wi.ravel()
+
+
+def check_gather_pairs(xi, wi, nx: int, nw: int) -> None:
+    """``gather_qmm``'s error when an index pair leaves x's (``nx``) or w's (``nw``) flat
+    batch; ``xi``, ``wi`` NumPy or CuPy arrays of one size."""
+    if xi.size and bool(((xi < 0) | (xi >= nx) | (wi < 0) | (wi >= nw)).any()):
+        raise IndexOutOfRangeError(
+            f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {nx}) and "
+            f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
 
 
 class QuantizedMatmul(_QuantizedProduct):

@@ -6,22 +6,20 @@ for ``v``), no mask or the ``"causal"`` mask (lower-right aligned as MLX, ``Tq <
 grouped-query heads. :func:`flash_attention` returns None for anything else and the
 caller (``backends/cuda/fast.py``) runs its general warp-per-row kernel.
 
-Two kernels share the scheme: ``flash_fwd`` (64-query tiles, 16 query rows per warp, Q
-in registers) and ``flash_fwd2`` (128-query tiles, 32 rows per warp in two 16-row
-m-tiles that share each K and V fragment the warp loads, Q staged in shared memory):
-with 16 rows per warp, a warp's ``ldmatrix`` reads of K and V take as long as its
-``mma`` (256 bytes per mma), and that bounds the kernel on an H200; 32 rows bring it to
-160 bytes. :data:`CHOICE` picks per head dimension (32-key tiles at 128, where 64 would
-spill registers). The flow of one thread block (4 warps, 128 threads) of ``flash_fwd``
-for one (batch, query head, 64-query tile):
+The flow of one thread block (4 warps, 128 threads) for one (batch, query head,
+128-query tile), each warp taking 32 query rows as two 16-row m-tiles that share every
+K and V fragment it loads (with 16 rows per warp the ``ldmatrix`` reads of K and V took
+as long as the ``mma``, 256 bytes per mma, and bounded the kernel on an H200; 32 rows
+bring it to 160 bytes):
 
-1. each warp loads its 16 query rows straight into ``mma`` A fragments (registers);
-2. for each 64-key tile of the kv head (causal: only tiles at or left of the tile's
+1. the tile's Q is copied to (dynamic) shared memory with ``cp.async``;
+2. for each tile of keys of the kv head (:data:`CHOICE`: 64 keys, or 32 at head dimension
+   128, where 64 would spill registers; causal: only tiles at or left of the tile's
    diagonal), K and V are copied to shared memory with ``cp.async`` — V's copy runs
    while ``S = Q·Kᵀ`` is computed, the next K's while ``O += P·V`` is;
-3. ``S`` is computed with ``mma.sync.m16n8k16`` (fp32 accumulators, K's B fragments
-   by ``ldmatrix``), scaled by ``scale·log2(e)``, masked (keys past ``Tk``, and past
-   the diagonal), and folded into the online softmax: a running maximum and sum per
+3. ``S`` is computed with ``mma.sync.m16n8k16`` (fp32 accumulators, Q's A and K's B
+   fragments by ``ldmatrix``), scaled by ``scale·log2(e)``, masked (keys past ``Tk``,
+   and past the diagonal), and folded into the online softmax: a running maximum and sum per
    row, the previous ``O`` rescaled;
 4. ``P = exp2(S - m)`` is packed to 16-bit pairs in registers — the accumulator layout
    of ``S`` is exactly the A-fragment layout of ``P·V`` — and ``O += P·V`` (V's B
@@ -43,15 +41,13 @@ import numpy as np
 
 from .runtime import CudaKernel
 
-#: Query rows and key rows per tile; 4 warps of 16 query rows each.
-BLOCK_Q = 64
-BLOCK_K = 64
+#: Query rows per tile: 4 warps of 32 query rows each.
+BLOCK_Q = 128
 WARPS = 4
 
 _SOURCE = r"""
 #define LX_NEG_INF __int_as_float(0xff800000)
-#define BQ 64
-#define BK 64
+#define BQ 128
 #define NWARPS 4
 
 // The mma instruction and the f32 -> 16-bit pair packing per input dtype.
@@ -120,7 +116,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
 
 // One tile of ROWS rows of Q, K or V (rows [row0, row0 + ROWS) of a (T, D) matrix) into
 // shared memory rows of STRIDE elements; rows at or past T are zeros.
-template <int D, int STRIDE, int ROWS = BK>
+template <int D, int STRIDE, int ROWS>
 __device__ __forceinline__ void load_tile(unsigned short* dst, const unsigned short* src, int row0, int T) {
   constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
   #pragma unroll
@@ -133,194 +129,25 @@ __device__ __forceinline__ void load_tile(unsigned short* dst, const unsigned sh
   }
 }
 
-// q (B, Hq, Tq, D), k/v (B, Hkv, Tk, D), out (B, Hq, Tq, D), all contiguous.
-// Grid: (ceil(Tq / 64), B * Hq); block: 128 threads. scale_log2 = scale * log2(e).
-template <int BF, int D, bool CAUSAL>
-__global__ void __launch_bounds__(NWARPS * 32)
-flash_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-          const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
-          int Hq, int Hkv, int Tq, int Tk, float scale_log2) {
-  constexpr int STRIDE = D + 8;   // padded rows: ldmatrix's 8 row addresses hit distinct banks
-  constexpr int KSTEPS = D / 16;  // k-steps of Q·Kᵀ
-  constexpr int NT_S = BK / 8;    // n-tiles of S (8 keys each)
-  constexpr int NT_O = D / 8;     // n-tiles of O (8 columns each)
-  __shared__ __align__(16) unsigned short Ks[BK * STRIDE];
-  __shared__ __align__(16) unsigned short Vs[BK * STRIDE];
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates
-  // causal: the longest tiles (the last queries) start first
-  const int qtile = CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
-  const int bh = blockIdx.y, h = bh % Hq, b = bh / Hq;
-  const int hk = h / (Hq / Hkv);
-  const int q0 = qtile * BQ;
-  const int off = Tk - Tq;  // query i sees keys j <= i + off (causal)
-
-  const unsigned short* qb = q + (long long)bh * Tq * D;
-  const unsigned short* kb = k + ((long long)b * Hkv + hk) * Tk * D;
-  const unsigned short* vb = v + ((long long)b * Hkv + hk) * Tk * D;
-
-  // keys this tile reads: causal, up to its last row's diagonal (that row sees key 0:
-  // the launcher takes only Tq <= Tk)
-  int kend = Tk;
-  if (CAUSAL) kend = min(Tk, min(q0 + BQ, Tq) + off);
-  const int ntiles = (kend + BK - 1) / BK;
-
-  load_tile<D, STRIDE>(Ks, kb, 0, Tk);
-  cp_async_commit();
-
-  // Q's A fragments: rows r0 = q0 + 16 warp + g and r0 + 8, columns 16 kk + 2t (+1, +8, +9)
-  const int r0 = q0 + warp * 16 + g, r1 = r0 + 8;
-  unsigned qa[KSTEPS][4];
-  #pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) {
-    const int c = kk * 16 + 2 * t;
-    qa[kk][0] = r0 < Tq ? *(const unsigned*)(qb + (long long)r0 * D + c) : 0u;
-    qa[kk][1] = r1 < Tq ? *(const unsigned*)(qb + (long long)r1 * D + c) : 0u;
-    qa[kk][2] = r0 < Tq ? *(const unsigned*)(qb + (long long)r0 * D + c + 8) : 0u;
-    qa[kk][3] = r1 < Tq ? *(const unsigned*)(qb + (long long)r1 * D + c + 8) : 0u;
-  }
-
-  float o[NT_O][4];
-  #pragma unroll
-  for (int j = 0; j < NT_O; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float m[2] = {LX_NEG_INF, LX_NEG_INF};  // running max of rows r0, r1 (log2 units)
-  float l[2] = {0.0f, 0.0f};              // this thread's part of the running sums
-
-  // ldmatrix row addresses of this lane: matrix lane / 8, row lane % 8
-  const int mi = lane >> 3, mr = lane & 7;
-
-  for (int it = 0; it < ntiles; ++it) {
-    const int k0 = it * BK;
-    load_tile<D, STRIDE>(Vs, vb, k0, Tk);
-    cp_async_commit();
-    cp_async_wait<1>();  // K(it) landed (V(it) may still be in flight)
-    __syncthreads();
-
-    // S = Q·Kᵀ: 16 rows x 64 keys per warp
-    float s[NT_S][4];
-    #pragma unroll
-    for (int j = 0; j < NT_S; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    #pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) {
-      #pragma unroll
-      for (int np = 0; np < NT_S / 2; ++np) {
-        // matrices: (keys +0, cols +0), (keys +0, cols +8), (keys +8, cols +0), (keys +8, cols +8)
-        unsigned kf[4];
-        ldmatrix_x4(kf, Ks + (np * 16 + (mi >> 1) * 8 + mr) * STRIDE + kk * 16 + (mi & 1) * 8);
-        Mma<BF>::run(s[2 * np], qa[kk], kf[0], kf[1]);
-        Mma<BF>::run(s[2 * np + 1], qa[kk], kf[2], kf[3]);
-      }
-    }
-    __syncthreads();  // every warp is done with K(it): the next K may overwrite it
-    if (it + 1 < ntiles) load_tile<D, STRIDE>(Ks, kb, k0 + BK, Tk);
-    cp_async_commit();  // (an empty group on the last tile keeps the counting uniform)
-
-    // mask: keys past Tk, and (causal) past the row's diagonal; only edge tiles need it
-    const bool edge = k0 + BK > Tk || (CAUSAL && k0 + BK - 1 > q0 + off);
-    #pragma unroll
-    for (int j = 0; j < NT_S; ++j) {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[j][e] * scale_log2;
-        if (edge) {
-          const int key = k0 + j * 8 + 2 * t + (e & 1);
-          const int row = (e < 2) ? r0 : r1;
-          if (key >= Tk || (CAUSAL && key > row + off)) x = LX_NEG_INF;
-        }
-        s[j][e] = x;
-      }
-    }
-
-    // online softmax, rows r0 (elements 0, 1) and r1 (elements 2, 3); a row's 64
-    // scores are spread over the 4 lanes of a quad
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
-      #pragma unroll
-      for (int j = 0; j < NT_S; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == LX_NEG_INF ? 0.0f : mx;  // a row with no key yet
-      const float corr = fast_exp2(m[r] - base);
-      m[r] = mx;
-      float sum = 0.0f;
-      #pragma unroll
-      for (int j = 0; j < NT_S; ++j) {
-        const float p0 = fast_exp2(s[j][2 * r] - base), p1 = fast_exp2(s[j][2 * r + 1] - base);
-        s[j][2 * r] = p0;
-        s[j][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      l[r] = l[r] * corr + sum;
-      #pragma unroll
-      for (int j = 0; j < NT_O; ++j) {
-        o[j][2 * r] *= corr;
-        o[j][2 * r + 1] *= corr;
-      }
-    }
-
-    cp_async_wait<1>();  // V(it) landed (the next K may still be in flight)
-    __syncthreads();
-
-    // O += P·V: P's A fragments are S's accumulators, two 8-key n-tiles per k-step
-    #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      unsigned pa[4];
-      pa[0] = Mma<BF>::pack(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = Mma<BF>::pack(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = Mma<BF>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = Mma<BF>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      #pragma unroll
-      for (int np = 0; np < NT_O / 2; ++np) {
-        // matrices: (keys +0, cols +0), (keys +8, cols +0), (keys +0, cols +8), (keys +8, cols +8)
-        unsigned vf[4];
-        ldmatrix_x4_trans(vf, Vs + (kk * 16 + (mi & 1) * 8 + mr) * STRIDE + np * 16 + (mi >> 1) * 8);
-        Mma<BF>::run(o[2 * np], pa, vf[0], vf[1]);
-        Mma<BF>::run(o[2 * np + 1], pa, vf[2], vf[3]);
-      }
-    }
-    __syncthreads();  // every warp is done with V(it)
-  }
-  cp_async_wait<0>();
-
-  // the full row sums, then O / l in the input dtype
-  #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
-  unsigned short* ob = out + (long long)bh * Tq * D;
-  #pragma unroll
-  for (int j = 0; j < NT_O; ++j) {
-    const int c = j * 8 + 2 * t;
-    if (r0 < Tq) *(unsigned*)(ob + (long long)r0 * D + c) = Mma<BF>::pack(o[j][0] * inv0, o[j][1] * inv0);
-    if (r1 < Tq) *(unsigned*)(ob + (long long)r1 * D + c) = Mma<BF>::pack(o[j][2] * inv1, o[j][3] * inv1);
-  }
-}
-
-// flash_fwd with 128-query tiles: each warp takes 32 query rows (two 16-row m-tiles)
-// that share every K and V fragment it loads from shared memory, so a tile's ldmatrix
-// traffic per mma is 160 bytes instead of flash_fwd's 256 (which bounds flash_fwd on an
-// H200: its shared-memory reads take as long as its mma). Q is staged in shared memory
-// (registers hold the two m-tiles' S and O: 192 floats) and read by ldmatrix per k-step.
-// BKT keys per tile (64, or 32 where 64 would spill registers: head dimension 128).
-// Dynamic shared memory: (128 + 2 * BKT) * (D + 8) * 2 bytes. Grid: (B * Hq,
-// ceil(Tq / 128)): heads vary fastest, and causal tiles run longest first over all heads.
+// q (B, Hq, Tq, D), k/v (B, Hkv, Tk, D), out (B, Hq, Tq, D), all contiguous;
+// scale_log2 = scale * log2(e). Each warp takes 32 query rows (two 16-row m-tiles) that
+// share every K and V fragment it loads; Q is staged in shared memory (registers hold
+// the two m-tiles' S and O) and read by ldmatrix per k-step. BKT keys per tile.
+// Dynamic shared memory: (BQ + 2 * BKT) * (D + 8) * 2 bytes. Grid: (B * Hq,
+// ceil(Tq / BQ)), block: 128 threads; heads vary fastest, and causal tiles run longest
+// first over all heads.
 template <int BF, int D, bool CAUSAL, int BKT>
 __global__ void __launch_bounds__(NWARPS * 32)
-flash_fwd2(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+flash_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
            const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
            int Hq, int Hkv, int Tq, int Tk, float scale_log2) {
-  constexpr int BQ2 = 2 * BQ;
-  constexpr int STRIDE = D + 8;
+  constexpr int STRIDE = D + 8;   // padded rows: ldmatrix's 8 row addresses hit distinct banks
   constexpr int KSTEPS = D / 16;
   constexpr int NT_S = BKT / 8;
   constexpr int NT_O = D / 8;
-  extern __shared__ __align__(16) unsigned short smem2[];
-  unsigned short* Qs = smem2;
-  unsigned short* Ks = Qs + BQ2 * STRIDE;
+  extern __shared__ __align__(16) unsigned short smem[];
+  unsigned short* Qs = smem;
+  unsigned short* Ks = Qs + BQ * STRIDE;
   unsigned short* Vs = Ks + BKT * STRIDE;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -328,7 +155,7 @@ flash_fwd2(const unsigned short* __restrict__ q, const unsigned short* __restric
   const int qtile = CAUSAL ? (int)gridDim.y - 1 - (int)blockIdx.y : (int)blockIdx.y;
   const int bh = blockIdx.x, h = bh % Hq, b = bh / Hq;
   const int hk = h / (Hq / Hkv);
-  const int q0 = qtile * BQ2;
+  const int q0 = qtile * BQ;
   const int off = Tk - Tq;
 
   const unsigned short* qb = q + (long long)bh * Tq * D;
@@ -336,10 +163,10 @@ flash_fwd2(const unsigned short* __restrict__ q, const unsigned short* __restric
   const unsigned short* vb = v + ((long long)b * Hkv + hk) * Tk * D;
 
   int kend = Tk;
-  if (CAUSAL) kend = min(Tk, min(q0 + BQ2, Tq) + off);
+  if (CAUSAL) kend = min(Tk, min(q0 + BQ, Tq) + off);
   const int ntiles = (kend + BKT - 1) / BKT;
 
-  load_tile<D, STRIDE, BQ2>(Qs, qb, q0, Tq);
+  load_tile<D, STRIDE, BQ>(Qs, qb, q0, Tq);
   load_tile<D, STRIDE, BKT>(Ks, kb, 0, Tk);
   cp_async_commit();
 
@@ -488,14 +315,22 @@ flash_fwd2(const unsigned short* __restrict__ q, const unsigned short* __restric
 }
 """
 
+#: Keys per tile the kernel is built for, and the choice per head dimension: 32 at 128,
+#: where 64 would spill registers. Measured on an H200 (bf16, GPU time, causal
+#: 8 x 16 x 2048): head dimension 128: 16 query rows per warp (the kernel before this
+#: one) 555 µs, 64-key tiles 547, 32-key tiles 523; head dimension 64: 313, 280, 279.
+#: Double-buffered K and V tiles (loads of tile it + 1 in flight during all of tile it)
+#: measured 514 against 521 causal and 939 against 924 full: the kernel is not waiting
+#: on its loads, so it keeps one buffer.
+_KEYS = (32, 64)
+CHOICE = {64: 64, 128: 32}
+
 #: dtype -> (the kernel's BF template argument, the 16-bit view CuPy launches with)
 _TYPES = {np.dtype(np.float16): (0, np.dtype(np.uint16)),
           np.dtype(ml_dtypes.bfloat16): (1, np.dtype(np.uint16))}
 _HEAD_DIMS = (64, 128)
-_NAMES = ([f"flash_fwd<{bf},{d},{c}>" for bf in (0, 1) for d in _HEAD_DIMS
-           for c in ("false", "true")]
-          + [f"flash_fwd2<{bf},{d},{c},{bk}>" for bf in (0, 1) for d in _HEAD_DIMS
-             for c in ("false", "true") for bk in (32, 64)])
+_NAMES = [f"flash_fwd<{bf},{d},{c},{bk}>" for bf in (0, 1) for d in _HEAD_DIMS
+          for c in ("false", "true") for bk in _KEYS]
 _KERNEL = CudaKernel(_SOURCE, "lazyx.backends.cuda.flash_attention", name_expressions=_NAMES)
 
 
@@ -504,19 +339,9 @@ def _aligned(a) -> bool:
     return a.data.ptr % 16 == 0
 
 
-#: The kernel per head dimension: (kernel, query rows per block, keys per tile).
-#: flash_fwd2 (32 query rows per warp) with 32-key tiles at head dimension 128, where 64
-#: would spill registers. Measured on an H200 (bf16, GPU time, causal 8 x 16 x 2048):
-#: head dimension 128: flash_fwd 555 µs, flash_fwd2 64-key tiles 547, 32-key tiles 523;
-#: head dimension 64: 313, 280, 279. Double-buffered K and V tiles (loads of tile it + 1
-#: in flight during all of tile it) measured 514 against 521 causal and 939 against 924
-#: full: the kernel is not waiting on its loads, so it keeps one buffer.
-CHOICE = {64: ("flash_fwd2", 2 * BLOCK_Q, 64), 128: ("flash_fwd2", 2 * BLOCK_Q, 32)}
 #: Launches by layout: ``key -> (function, grid, block, shared memory, the 16-bit view
 #: CuPy launches with, scalar arguments)`` (a call's host work, done once per layout).
 _LAUNCHES: dict = {}
-#: Functions whose dynamic shared memory limit was raised (past the default 48 KB).
-_RAISED: set = set()
 
 
 def flash_attention(q, k, v, scale: float, causal: bool, kernel=None):
@@ -527,8 +352,8 @@ def flash_attention(q, k, v, scale: float, causal: bool, kernel=None):
           one dtype (float16 or bfloat16).
         scale (float): the scores' factor.
         causal (bool): mask key ``j > i + Tk - Tq`` of query ``i``.
-        kernel (tuple): an entry of :data:`CHOICE`'s form to run instead of the
-          choice (the tests and the sweep run each kernel).
+        kernel (int): keys per tile (one of ``_KEYS``) instead of :data:`CHOICE`'s (the
+          tests and the sweep run each).
 
     Returns:
         The ``(B, Hq, Tq, D)`` output in q's dtype, or None when the case is not
@@ -557,9 +382,8 @@ def flash_attention(q, k, v, scale: float, causal: bool, kernel=None):
         return None
     if causal and tq > tk:  # rows that see no key average all of them (MLX): general kernel
         return None
-    name, rows, keys = kernel or CHOICE[d]
-    tiles = (tq + rows - 1) // rows
-    grid = (tiles, b * hq) if name == "flash_fwd" else (b * hq, tiles)
+    keys = kernel or CHOICE[d]
+    grid = (b * hq, (tq + BLOCK_Q - 1) // BLOCK_Q)
     if grid[1] > 65535:
         return None
     bf, view = kind
@@ -567,16 +391,10 @@ def flash_attention(q, k, v, scale: float, causal: bool, kernel=None):
     if not (_aligned(q) and _aligned(k) and _aligned(v)):
         q, k, v = (a.copy() for a in (q, k, v))
     out = cp.empty((b, hq, tq, d), q.dtype)
-    c = "true" if causal else "false"
-    shared = 0
-    if name == "flash_fwd":
-        fn = _KERNEL.function(f"flash_fwd<{bf},{d},{c}>")
-    else:
-        fn = _KERNEL.function(f"flash_fwd2<{bf},{d},{c},{keys}>")
-        shared = (rows + 2 * keys) * (d + 8) * 2
-        if shared > 48 * 1024 and (bf, d, c, keys) not in _RAISED:
-            fn.max_dynamic_shared_size_bytes = shared  # cuFuncSetAttribute, once
-            _RAISED.add((bf, d, c, keys))
+    fn = _KERNEL.function(f"flash_fwd<{bf},{d},{'true' if causal else 'false'},{keys}>")
+    shared = (BLOCK_Q + 2 * keys) * (d + 8) * 2
+    if shared > 48 * 1024:  # past the default: cuFuncSetAttribute (once per layout)
+        fn.max_dynamic_shared_size_bytes = shared
     tail = (np.int32(hq), np.int32(hkv), np.int32(tq), np.int32(tk),
             np.float32(scale * math.log2(math.e)))
     fn(grid, (WARPS * 32,), (q.view(view), k.view(view), v.view(view), out.view(view)) + tail,

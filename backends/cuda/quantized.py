@@ -34,7 +34,6 @@ import cupy as cp
 import numpy as np
 from lazyx.backends.cpu.kernels import quantized as ref
 from lazyx.dtypes import numpy_name
-from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
 from .runtime import DTYPE_STRUCT_OF, DTYPE_STRUCTS, CudaKernel, as_view, on_host
@@ -451,10 +450,8 @@ _PAIRS: dict = {}
 def _batch_pairs(xlead: tuple, wlead: tuple):
     got = _PAIRS.get((xlead, wlead))
     if got is None:
-        batch = np.broadcast_shapes(xlead, wlead)
-        xi = np.broadcast_to(np.arange(int(np.prod(xlead)), dtype=np.int64).reshape(xlead), batch)
-        wi = np.broadcast_to(np.arange(int(np.prod(wlead)), dtype=np.int64).reshape(wlead), batch)
-        got = (batch, cp.asarray(xi.ravel()), cp.asarray(wi.ravel()))
+        batch, xi, wi = q.batch_pairs(xlead, wlead)
+        got = (batch, cp.asarray(xi), cp.asarray(wi))
         if len(_PAIRS) < 256:
             _PAIRS[(xlead, wlead)] = got
     return got
@@ -470,11 +467,7 @@ def quantized_matmul(p, ins):
 def gather_qmm(p, ins):
     x, lhs, rhs = ins[0], ins[-2], ins[-1]
     xi, wi = lhs.astype(cp.int64).ravel(), rhs.astype(cp.int64).ravel()
-    nw = int(np.prod(ins[1].shape[:-2]))
-    if xi.size and bool(((xi < 0) | (xi >= x.shape[0]) | (wi < 0) | (wi >= nw)).any()):
-        raise IndexOutOfRangeError(
-            f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {x.shape[0]}) and "
-            f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
+    q.check_gather_pairs(xi, wi, x.shape[0], int(np.prod(ins[1].shape[:-2])))
     out = _run(p, x, ins[1:-2], xi, wi)
     return out.reshape(rhs.shape + out.shape[-2:])
 

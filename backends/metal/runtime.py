@@ -207,8 +207,6 @@ _fence_installed = [False]
 #: Shared buffers a failed command buffer was to write: a read of an array in one raises
 #: its error (every time: the bytes are not the results).
 _failed = weakref.WeakKeyDictionary()
-#: Shared buffers that queued work (encoded or committed, not yet waited for) writes.
-_written = weakref.WeakSet()
 
 
 @_serialised
@@ -247,6 +245,13 @@ def pending() -> bool:
     return bool(_inflight) or _batch["open"] is not None
 
 
+def _writes_queued(owner) -> bool:
+    """Whether work encoded or committed and not yet waited for writes shared buffer
+    ``owner``."""
+    open_ = _batch["open"]
+    return any(owner in b.outputs for b in (_inflight if open_ is None else _inflight + [open_]))
+
+
 @_serialised
 def wait_all() -> None:
     """Commit what is encoded and wait for every command buffer in flight, in order;
@@ -268,7 +273,6 @@ def wait_all() -> None:
             # contents() is the shared buffer's CPU address: copy the kernel's output out.
             raw = buf.contents().as_buffer(a.nbytes)
             a.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
-    _written.clear()
     if error is not None:
         raise error
 
@@ -276,9 +280,9 @@ def wait_all() -> None:
 def settle(a) -> None:
     """Wait for the queued GPU work that writes ``a``'s memory, if any (before the host
     copies or converts ``a``: :func:`lazyx.backends.metal.launch.host_array`)."""
-    if _written and type(a) is np.ndarray:
+    if pending() and type(a) is np.ndarray:
         owner = shared_buffer_of(a)
-        if owner is not None and owner in _written:
+        if owner is not None and _writes_queued(owner):
             wait_all()
 
 
@@ -498,16 +502,15 @@ def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
     """
     Metal, device, queue = _get_context()
     pipeline = _pipeline(kernel, function)
-    if _written:
-        # A view of a shared buffer at an offset Metal cannot bind is copied below, on the
-        # host: the queued work that writes it finishes first (before this launch's
-        # encoder opens in the command buffer that is committed then).
-        for a in buffers:
-            if type(a) is np.ndarray:
-                owner = shared_buffer_of(a)
-                if owner is not None and (a.ctypes.data - owner.address) % 4 and owner in _written:
-                    wait_all()
-                    break
+    # A view of a shared buffer at an offset Metal cannot bind is copied below, on the
+    # host: the queued work that writes it finishes first (before this launch's encoder
+    # opens in the command buffer that is committed then).
+    for a in buffers:
+        if type(a) is np.ndarray and pending():
+            owner = shared_buffer_of(a)
+            if owner is not None and (a.ctypes.data - owner.address) % 4 and _writes_queued(owner):
+                wait_all()
+                break
     # A pipeline's own limit can be below the device's 1024 (registers, threadgroup
     # memory): a kernel written for a larger threadgroup must not run with a smaller one.
     limit = int(pipeline.maxTotalThreadsPerThreadgroup())
@@ -541,7 +544,6 @@ def _encode(kernel, function: str, buffers, written, grid: tuple, threadgroup,
                 keep.append(owner)
                 if any(a is w for w in written):
                     batch.outputs.append(owner)
-                    _written.add(owner)
                 continue
         if any(a is w for w in written):
             # Written arrays are C-contiguous: a buffer of their size holding their current

@@ -412,9 +412,6 @@ class _EvalScope:
         finally:
             self.cpu.exit_eval(outer)
 
-    def __getattr__(self, name):  # the rest of the CPU backend's interface
-        return getattr(self.cpu, name)
-
 
 def _device_backend_available() -> bool:
     """Whether a registered non-CPU backend can run here (cached per dispatch state)."""

@@ -27,7 +27,6 @@ the native kernels multiply from the packed words).
 from __future__ import annotations
 
 import numpy as np
-from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
 #: E2M1 values by code, in MLX's order (ties in the nearest search go to the first).
@@ -219,11 +218,7 @@ def qmm_kernel(p, ins):
 
 def gather_qmm_kernel(p, ins):
     x, lhs, rhs = ins[0], ins[-2].reshape(-1), ins[-1].reshape(-1)
-    n = x.shape[0]
-    nw = ins[1].shape[0]
-    if lhs.size and (lhs.min() < 0 or lhs.max() >= n or rhs.min() < 0 or rhs.max() >= nw):
-        raise IndexOutOfRangeError(f"[gather_qmm] indices out of range: lhs_indices must be in "
-                                   f"[0, {n}) and rhs_indices in [0, {nw}).")
+    q.check_gather_pairs(lhs, rhs, x.shape[0], ins[1].shape[0])
     w = _weights(p, ins[1:-2])
     if p.transpose:
         w = np.swapaxes(w, -1, -2)

@@ -13,11 +13,8 @@ arithmetic is MLX's, step by step, for bit-identical packing).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from lazyx.dtypes import numpy_name
-from lazyx.errors import IndexOutOfRangeError
 from lazyx.plugins import quantized as q
 
 _MODE = {"affine": 0, "mxfp4": 1, "nvfp4": 1, "mxfp8": 2}
@@ -70,11 +67,7 @@ def kernels(native, reference) -> dict:
         if not xlead and not wlead:
             batch, xi, wi = (), _ZERO, _ZERO
         else:
-            batch = np.broadcast_shapes(xlead, wlead)
-            xi = np.broadcast_to(np.arange(math.prod(xlead), dtype=np.int64).reshape(xlead),
-                                 batch).ravel()
-            wi = np.broadcast_to(np.arange(math.prod(wlead), dtype=np.int64).reshape(wlead),
-                                 batch).ravel()
+            batch, xi, wi = q.batch_pairs(xlead, wlead)
         xf = np.ascontiguousarray(x.reshape((-1,) + x.shape[-2:]), dtype=np.float32)
         out = _call(native, p, xf, w, sc, biases, kind, xi, wi, p.columns(w.shape))
         return out.reshape(batch + out.shape[-2:]).astype(x.dtype, copy=False)
@@ -83,11 +76,7 @@ def kernels(native, reference) -> dict:
         x, lhs, rhs = ins[0], ins[-2], ins[-1]
         w, sc, biases, kind, _ = _weights(p, ins[1:-2])
         xi, wi = lhs.astype(np.int64).ravel(), rhs.astype(np.int64).ravel()
-        if xi.size and (xi.min() < 0 or xi.max() >= x.shape[0] or wi.min() < 0
-                        or wi.max() >= w.shape[0]):
-            raise IndexOutOfRangeError(
-                f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {x.shape[0]}) "
-                f"and rhs_indices in [0, {w.shape[0]}) (the flat batch sizes of x and w).")
+        q.check_gather_pairs(xi, wi, x.shape[0], w.shape[0])
         xf = np.ascontiguousarray(x, dtype=np.float32)
         out = _call(native, p, xf, w, sc, biases, kind, xi, wi, p.columns(w.shape))
         return out.reshape(rhs.shape + out.shape[-2:]).astype(x.dtype, copy=False)

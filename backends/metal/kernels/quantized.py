@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazyx import dtypes as ldt
-from lazyx.errors import IndexOutOfRangeError
+from lazyx.plugins import quantized as qp
 
 from .common import (PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedDtype, empty,
                      host_array, instantiate, msl_type, unsupported)
@@ -153,13 +153,9 @@ def _run(primitive, x, weights, xi, wi, run):
 def quantized_matmul(primitive, inputs, run):
     """``QuantizedMatmul`` (inputs ``(x, w, scales[, biases])``; batch dimensions broadcast)
     on Metal: the output."""
-    x, w = inputs[0], inputs[1]
-    xlead, wlead = x.shape[:-2], w.shape[:-2]
-    batch = np.broadcast_shapes(xlead, wlead)
-    xi = np.broadcast_to(np.arange(int(np.prod(xlead)), dtype=np.int64).reshape(xlead), batch)
-    wi = np.broadcast_to(np.arange(int(np.prod(wlead)), dtype=np.int64).reshape(wlead), batch)
-    out = _run(primitive, x.reshape((-1,) + x.shape[-2:]), inputs[1:], xi.ravel(), wi.ravel(),
-               run)
+    x = inputs[0]
+    batch, xi, wi = qp.batch_pairs(x.shape[:-2], inputs[1].shape[:-2])
+    out = _run(primitive, x.reshape((-1,) + x.shape[-2:]), inputs[1:], xi, wi, run)
     return out.reshape(batch + out.shape[-2:])
 
 
@@ -168,11 +164,7 @@ def gather_qmm(primitive, inputs, run):
     of the indices' shape + ``(M, N)``; an index out of range raises as on the CPU."""
     x, lhs, rhs = inputs[0], inputs[-2], inputs[-1]
     xi, wi = host_array(lhs, np.int64).ravel(), host_array(rhs, np.int64).ravel()
-    nw = int(np.prod(inputs[1].shape[:-2]))
-    if xi.size and bool(((xi < 0) | (xi >= x.shape[0]) | (wi < 0) | (wi >= nw)).any()):
-        raise IndexOutOfRangeError(
-            f"[gather_qmm] indices out of range: lhs_indices must lie in [0, {x.shape[0]}) and "
-            f"rhs_indices in [0, {nw}) (the flat batch sizes of x and w).")
+    qp.check_gather_pairs(xi, wi, x.shape[0], int(np.prod(inputs[1].shape[:-2])))
     out = _run(primitive, x, inputs[1:-2], xi, wi, run)
     return out.reshape(rhs.shape + out.shape[-2:])
 
