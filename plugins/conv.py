@@ -223,10 +223,31 @@ def _spread(values: list, nd: int, default: int, what: str, op: str, x, w) -> tu
     return tuple(values)
 
 
+#: ``(op, shapes, dtypes, arguments) -> (dtype, strides, lo, hi, kdil, idil)`` of calls
+#: that passed the checks: a training loop's convolutions are checked once per layout.
+_CHECKED: dict = {}
+
+
 def _checked(op, x, w, stride, lo, hi, kdil, idil, groups, flip, stream) -> array:
     """Check a general convolution's arguments as MLX does and make its node."""
     x, w = as_array(x), as_array(w)
     groups = _int(groups, "groups", op)
+    key = (op, x._shape, x._dtype, w._shape, w._dtype, tuple(stride), tuple(lo), tuple(hi),
+           tuple(kdil), tuple(idil), groups, flip)
+    hit = _CHECKED.get(key)
+    if hit is None:
+        hit = _check(op, x, w, stride, lo, hi, kdil, idil, groups)
+        if len(_CHECKED) >= 1024:
+            _CHECKED.clear()
+        _CHECKED[key] = hit
+    dtype, stride, lo, hi, kdil, idil = hit
+    s = to_stream(stream)
+    return _node(cast(x, dtype, s), cast(w, dtype, s), stride, lo, hi, kdil, idil, groups, flip, s)
+
+
+def _check(op, x, w, stride, lo, hi, kdil, idil, groups) -> tuple:
+    """The checks of :func:`_checked` (MLX's, with shapes in the messages): the node's
+    dtype and its per-axis arguments."""
     nd = x.ndim - 2
     if not 1 <= nd <= 3:
         raise ShapeError(f"[{op}] Only inputs with 1-3 spatial dimensions are supported: got "
@@ -272,8 +293,7 @@ def _checked(op, x, w, stride, lo, hi, kdil, idil, groups, flip, stream) -> arra
                              f"axis {i}: input of shape {x._shape} (padding low {lo}, high {hi}, "
                              f"input dilation {idil}) against weight of shape {w._shape} "
                              f"(kernel dilation {kdil}).")
-    s = to_stream(stream)
-    return _node(cast(x, dtype, s), cast(w, dtype, s), stride, lo, hi, kdil, idil, groups, flip, s)
+    return dtype, stride, lo, hi, kdil, idil
 
 
 # -- the public functions ---------------------------------------------------------------

@@ -143,7 +143,9 @@ class Backend:
         """Called after an evaluation, with what enter_eval returned."""
 
     def is_buffer(self, obj) -> bool:
-        """Whether ``obj`` is a buffer of this backend."""
+        """Whether ``obj`` is a buffer of this backend. The answer must depend on the
+        object's type alone: lazyx remembers the types a backend accepted (until the
+        backends change)."""
         return type(obj) is np.ndarray
 
     def to_host(self, buf) -> np.ndarray:
@@ -302,6 +304,7 @@ def invalidate_dispatch() -> None:
     global _tables, _device_available
     _tables = None
     _device_available = None
+    _buffer_types.clear()
     for b in _backends.values():
         b.__dict__.pop("_table", None)
 
@@ -425,8 +428,19 @@ def _device_backend_available() -> bool:
 _device_available: bool | None = None
 
 
+#: The types some backend's ``is_buffer`` said yes to (answers go by type: see
+#: :meth:`Backend.is_buffer`): a kernel's output is checked once per type, not per node.
+_buffer_types: set = set()
+
+
 def is_device_buffer(obj) -> bool:
-    return any(b.is_buffer(obj) for b in _backends.values())
+    kind = type(obj)
+    if kind in _buffer_types:
+        return True
+    if any(b.is_buffer(obj) for b in _backends.values()):
+        _buffer_types.add(kind)
+        return True
+    return False
 
 
 #: Functions that finish device work still writing memory the host reads directly: a

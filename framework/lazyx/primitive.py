@@ -352,10 +352,11 @@ class Primitive:
                     declared[n] = (t, klass.__module__)
         cls._param_annotations = declared
         cls._param_validators = None
-        if names and cls.__init__ is Primitive.__init__:
+        if names and (cls.__init__ is Primitive.__init__ or
+                      getattr(cls.__init__, "_by_name", False)):
             # A parameterised primitive without an __init__ of its own takes its
             # parameters by name too; one without parameters keeps the cheaper call.
-            cls.__init__ = _init_by_name
+            cls.__init__ = _init_for(tuple(names))
 
     # -- declared parameters ---------------------------------------------
     @classmethod
@@ -479,6 +480,25 @@ class Primitive:
         who = f" (from {info.label})" if info is not None else ""
         return TransformError(f"[{self.name}.{method}] Not implemented for {self.name}{who}: "
                               f"implement {method}{signature}.")
+
+
+def _init_for(names: tuple):
+    """``Primitive.__init__`` for a primitive with parameters ``names``: every parameter
+    by position is one tuple assignment (the call every op makes, once per node);
+    fewer, or some by name, go through :func:`_init_by_name`."""
+    targets = ", ".join(f"self.{n}" for n in names)
+    source = (f"def __init__(self, stream, *params, **named):\n"
+              f"    if len(params) == {len(names)} and not named:\n"
+              f"        self.stream = stream\n"
+              f"        {targets}, = params\n"
+              f"    else:\n"
+              f"        _init_by_name(self, stream, *params, **named)\n")
+    scope = {"_init_by_name": _init_by_name}
+    exec(compile(source, f"<lazyx primitive __init__ {names}>", "exec"), scope)  # names: slots
+    init = scope["__init__"]
+    init._by_name = True
+    init.__doc__ = _init_by_name.__doc__
+    return init
 
 
 def _init_by_name(self, stream, *params, **named):

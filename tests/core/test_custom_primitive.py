@@ -306,3 +306,46 @@ def test_register_installs_the_ops_and_isolation_removes_them():
         mx.sincos
     with pytest.raises(ArgumentError):
         register(lambda x: x)
+
+
+class _Scaled(Primitive):
+    __slots__ = ("scale", "shift")
+    scale: float
+    shift: float
+
+
+class _ScaledTwice(_Scaled):
+    __slots__ = ("times",)
+    times: int
+
+
+def test_parameters_by_position_by_name_or_some_of_them():
+    s = mx.default_stream(mx.cpu)
+    p = _Scaled(s, 2.0, 3.0)                       # all by position: the generated fast path
+    assert (p.stream, p.scale, p.shift) == (s, 2.0, 3.0)
+    p = _Scaled(s, 2.0, shift=4.0)                 # the rest by name
+    assert (p.scale, p.shift) == (2.0, 4.0)
+    p = _Scaled(s, 5.0)                            # fewer: the others stay unset
+    assert p.scale == 5.0 and not hasattr(p, "shift")
+    q = _ScaledTwice(s, 1.0, 2.0, 3)               # a subclass's init knows its own slots
+    assert (q.scale, q.shift, q.times) == (1.0, 2.0, 3)
+    assert _ScaledTwice(s, times=7).times == 7
+    with pytest.raises(TypeError, match="takes 2 parameters"):
+        _Scaled(s, 1.0, 2.0, 3.0)
+    with pytest.raises(TypeError, match="unexpected or repeated parameter 'scale'"):
+        _Scaled(s, 1.0, scale=2.0)
+    with pytest.raises(TypeError, match="unexpected or repeated parameter 'bogus'"):
+        _Scaled(s, bogus=1)
+
+
+def test_a_primitive_with_its_own_init_keeps_it():
+    class Own(Primitive):
+        __slots__ = ("k",)
+        k: int
+
+        def __init__(self, stream, k=3):
+            super().__init__(stream)
+            self.k = k * 2
+
+    assert Own(mx.default_stream(mx.cpu)).k == 6
+    assert Own(mx.default_stream(mx.cpu), 4).k == 8

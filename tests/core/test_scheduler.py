@@ -345,3 +345,31 @@ def test_walk_order_and_values_match_the_reference(ops, seed):
     mx.eval(roots)
     for n, v in zip(nodes, vals):
         np.testing.assert_allclose(np.asarray(n), v, rtol=1e-5)
+
+
+def test_device_buffer_types_are_remembered_until_the_backends_change():
+    from lazyx import backend as registry
+
+    class Buffer(np.ndarray):
+        pass
+
+    class Accepting(registry.Backend):
+        name = "test-buffer-types"
+
+        def is_buffer(self, obj):
+            return type(obj) is Buffer
+
+    buf = np.zeros(3).view(Buffer)
+    assert not registry.is_device_buffer(buf)
+    assert Buffer not in registry._buffer_types
+    registry._backends["test-buffer-types"] = Accepting()
+    registry.invalidate_dispatch()
+    try:
+        assert registry.is_device_buffer(buf)
+        assert Buffer in registry._buffer_types      # remembered by type
+        assert registry.is_device_buffer(np.zeros(2).view(Buffer))
+    finally:
+        del registry._backends["test-buffer-types"]
+        registry.invalidate_dispatch()
+    assert Buffer not in registry._buffer_types
+    assert not registry.is_device_buffer(buf)

@@ -276,3 +276,19 @@ def test_bad_input_names_the_argument_and_shapes(case):
     assert isinstance(info.value, (LazyxError, ValueError))
     assert needle in str(info.value)
     assert str(info.value).startswith("[conv") or str(info.value).startswith("[convolve]")
+
+
+def test_checks_hold_after_a_layout_was_checked_once():
+    # A call that passed the checks is remembered per layout and arguments: a later call
+    # with the same shapes and other arguments is still checked, and the repeat of a good
+    # call computes the same convolution.
+    x = mx.array(np.arange(2 * 5 * 5 * 4, dtype=np.float32).reshape(2, 5, 5, 4) / 50)
+    w = mx.array(np.ones((3, 3, 3, 4), np.float32))
+    first = np.asarray(mx.conv2d(x, w, padding=1))
+    assert np.array_equal(np.asarray(mx.conv2d(x, w, padding=1)), first)
+    with pytest.raises(ShapeError, match="kernel is larger than the padded input"):
+        mx.conv2d(x, w, padding=-2)
+    with pytest.raises(ShapeError, match="divisible by groups"):
+        mx.conv2d(x, w, padding=1, groups=3)
+    with pytest.raises(DtypeError):
+        mx.conv2d(x, w, padding=1.0)
