@@ -67,7 +67,7 @@ from .kernel import MetalKernel
 from .runtime import availability
 
 __all__ = ["MetalBackend", "MetalKernel", "MSLShimError", "run_msl_on_cpu", "shim_available",
-           "is_available", "unavailable_reason", "emulate_on_cpu", "stats", "CPU_FALLBACK"]
+           "is_available", "unavailable_reason", "emulate_on_cpu", "stats", "CPU_FALLBACK", "VIEW"]
 
 
 def __getattr__(name):
@@ -91,7 +91,7 @@ def unavailable_reason() -> str:
 
 #: Counters for tests and diagnostics: calls that ran a built-in kernel, calls that ran
 #: a CPU fallback, and those calls by primitive name.
-stats = {"builtin": 0, "cpu_fallback": 0, "cpu_fallback_by_primitive": {}}
+stats = {"builtin": 0, "cpu_fallback": 0, "cpu_fallback_by_primitive": {}, "views": 0}
 
 #: How ``lazyx kernels`` / :func:`lazyx.core.kernel_provider` name a CPU fallback.
 CPU_FALLBACK = "CPU fallback (the CPU backend's kernel, on unified memory)"
@@ -128,6 +128,39 @@ def _cpu_fallback(cls):
 
     kernel.provider = CPU_FALLBACK
     kernel.cpu_fallback = True
+    return kernel
+
+
+#: How ``lazyx kernels`` / :func:`lazyx.core.kernel_provider` name a view primitive's
+#: kernel on Metal.
+VIEW = "view (the CPU's NumPy view of the shared buffer: no kernel, nothing copied)"
+
+
+def _view(cls):
+    """The ``metal`` kernel of view primitive ``cls`` (:data:`.kernels.shapes.VIEWS`): the
+    active CPU backend's kernel, which returns a NumPy view of its input's shared buffer.
+    No data moves, so nothing waits for queued GPU work writing the viewed array (a
+    fallback would): only the other inputs, which the kernel reads (a dynamic slice's
+    start), are settled first. Counted in :data:`stats` as ``views``; never refused by
+    ``LAZYX_METAL_STRICT``, which is about data the CPU computes."""
+    from .kernels.shapes import COPIES_STRIDED  # loaded with VIEWS already
+    cpu = DeviceType.cpu
+    found: dict = {}
+    copies_strided = cls in COPIES_STRIDED
+
+    def kernel(prim, inputs):
+        source = backend_for(cpu)
+        fn = found.get(source.name)
+        if fn is None:  # the active CPU backend's own kernel, unprepared: it needs no fence
+            fn = found[source.name] = resolve_kernel(source, cls)[0]
+        if copies_strided and not inputs[0].flags.c_contiguous:
+            runtime.settle(inputs[0])  # it reads the elements in C order first
+        for x in inputs[1:]:
+            runtime.settle(x)
+        stats["views"] += 1
+        return fn(prim, inputs)
+
+    kernel.provider = VIEW
     return kernel
 
 
@@ -218,6 +251,9 @@ class MetalBackend(Backend):
             return compiled.compiled_kernel
         if cls.eval_gpu is not Primitive.eval_gpu:
             return None
+        from .kernels.shapes import VIEWS  # the built-in kernels' tables: on first use
+        if cls in VIEWS:
+            return _view(cls)
         if callable(getattr(cls, "to_expression", None)):
             from . import compiled  # the MSL renderer: on first use
             return compiled.eager_kernel(cls, None)

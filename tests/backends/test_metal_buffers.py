@@ -400,3 +400,37 @@ def test_evaluations_on_several_threads_share_the_batch_safely(fake):
         e = np.exp(np.exp(x.astype(F64)) * 0.5)
         np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-8)
     assert not runtime.pending()
+
+
+def test_views_of_queued_results_wait_for_nothing(fake):
+    # A view primitive runs the CPU's kernel, which returns a NumPy view of the shared
+    # buffer: counted as a view (not a CPU fallback), and it does not wait for the queued
+    # GPU work writing the viewed array: the evaluation stays one command buffer, waited
+    # for at the read. A dynamic slice's start, which its kernel reads, is settled first.
+    x = random_array((4, 6), mx.float32, rng(43), -1, 1)
+    a = mx.array(x)
+    mx.eval(a)
+    metal.stats.update(views=0, cpu_fallback=0)
+    del fake[:]
+    with mx.stream(mx.gpu):
+        y = mx.exp(a) * 2.0
+        views = [mx.transpose(y), y[1:3, ::2], mx.expand_dims(y, 0), mx.squeeze(y[None]),
+                 mx.broadcast_to(y[:1], (3, 6)), mx.diagonal(y), mx.split(y, 2, axis=1)[1],
+                 mx.as_strided(y, (2, 2), (6, 1), 1)]
+        mx.eval(views)
+    assert [c[0] for c in _commits(fake)] == ["commit"] and runtime.pending()
+    assert metal.stats["views"] >= len(views) and metal.stats["cpu_fallback"] == 0
+    want = np.exp(x.astype(F64)) * 2.0
+    np.testing.assert_allclose(np.asarray(views[0]), want.T, rtol=1e-6)   # the read waits
+    assert [c[0] for c in _commits(fake)] == ["commit", "wait"]
+    for got, ref in zip(views[1:], [want[1:3, ::2], want[None], want, np.broadcast_to(want[:1], (3, 6)),
+                                    np.diagonal(want), want[:, 3:], want.reshape(-1)[[1, 2, 7, 8]]
+                                    .reshape(2, 2)]):
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-6)
+    del fake[:]
+    with mx.stream(mx.gpu):
+        start = mx.array([1]) + 1                   # written by queued GPU work, then read
+        got = mx.slice(mx.exp(a), start, axes=(0,), slice_size=(2, 6))
+        mx.eval(got)
+    np.testing.assert_allclose(np.asarray(got), np.exp(x.astype(F64))[2:4], rtol=1e-6)
+    assert mx.kernel_provider("metal", "Transpose") == metal.VIEW

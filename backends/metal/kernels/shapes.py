@@ -20,10 +20,11 @@ serves every dtype of that size.
 * ``Reshape`` / ``Flatten`` / ``Unflatten`` — a view when NumPy can make one (no
   dispatch), else a C-order copy reshaped.
 
-The other shape primitives (``Squeeze``, ``ExpandDims``, ``Transpose``,
-``BroadcastTo``, ``Split``, ``AsStrided``, ``Diagonal``, ``DynamicSlice``) return views
-on the CPU and need no kernel: buffers are NumPy arrays over unified memory, so the
-backend's CPU fallback shares the bytes without copying.
+The view primitives (:data:`VIEWS`: ``Squeeze``, ``ExpandDims``, ``Transpose``,
+``BroadcastTo``, ``Split``, ``AsStrided``, ``Diagonal``, ``DynamicSlice``, and the
+indexing pack's ``Slice``) need no kernel: buffers are NumPy arrays over unified
+memory, so the CPU's kernel returns a view sharing the bytes. The backend runs it as a
+view (``lazyx.backends.metal``), not as a CPU fallback: nothing is copied or waited for.
 
 Element types: every dtype Metal has (:data:`DTYPES`; float64 and complex64 have
 none: they fall back, and the fallback refuses float64). Inputs of different dtypes
@@ -36,12 +37,20 @@ from __future__ import annotations
 import numpy as np
 
 from lazyx import dtypes as ldt
+from lazyx.plugins import indexing as ix
 from lazyx.plugins import shapes as sh
 
 from .common import (empty, PRELUDE, Dispatch, Library, UnsupportedDtype, _collapse, bindable,
                      instantiate, unsupported)
 
-__all__ = ["LIBRARY", "DTYPES", "KERNELS", "copy_into", "storage", "contiguous_copy"]
+__all__ = ["LIBRARY", "DTYPES", "KERNELS", "VIEWS", "COPIES_STRIDED", "copy_into", "storage", "contiguous_copy"]
+
+#: The primitives whose CPU kernels return views of their first input (no kernel here).
+VIEWS = frozenset((sh.Squeeze, sh.ExpandDims, sh.Transpose, sh.BroadcastTo, sh.Split,
+                   sh.AsStrided, sh.Diagonal, sh.DynamicSlice, ix.Slice))
+#: Those of :data:`VIEWS` whose CPU kernel copies a non-contiguous input first (AsStrided
+#: views the elements in C order).
+COPIES_STRIDED = frozenset((sh.AsStrided,))
 
 _SOURCE = PRELUDE + r"""
 // dst[dst_offset + loc(i, dst_strides)] = src[loc(i, src_strides)] for i < n, C order
