@@ -235,6 +235,11 @@ def _raise_out_of_memory(e: MemoryError, a) -> None:
 _native = _array_module.native
 _order = _native.unevaluated_order if _native is not None else unevaluated_order
 
+# The tree walk in C++ too (graph.cpp's ``tree_arrays``; the function above is its reference).
+py_tree_arrays = tree_arrays
+if _native is not None:
+    tree_arrays = _native.tree_arrays  # noqa: F811
+
 # Arrays evaluate themselves (``item()``, ``np.asarray``) through the scheduler.
 _array_module.evaluate = eval_arrays
 

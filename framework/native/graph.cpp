@@ -577,6 +577,142 @@ PyObject* elementwise_op(PyObject*, PyObject* const* args, Py_ssize_t n) {
     return reinterpret_cast<PyObject*>(op);
 }
 
+// -- trees (lazyx.transforms.trees and lazyx.scheduler.tree_arrays) -------------------------
+// A compiled call flattens its arguments and its inputs= state, writes the outputs= state
+// back, and the loop around it evaluates the state: several walks of a tree of tens of
+// arrays per step. These are the Python functions' walks, in C++: exact lists, tuples and
+// dicts are read directly; subclasses (an nn.Module is a dict; a namedtuple) through their
+// own iteration, keys() and values(), as the Python versions call them.
+
+PyObject* s_keys = nullptr;    // interned "keys", "values"
+PyObject* s_values = nullptr;
+
+// The items of a list or tuple as a new tuple (a list is copied: the walk below may run
+// Python code, a subclass's __iter__, that changes it).
+inline PyObject* seq_items(PyObject* t, PyTypeObject* tt) {
+    if (tt == &PyTuple_Type) { Py_INCREF(t); return t; }
+    if (tt == &PyList_Type) return PyList_AsTuple(t);
+    return PySequence_Tuple(t);
+}
+
+// A dict's keys and values as two new tuples (a subclass through its keys() and values()).
+bool dict_items(PyObject* t, PyTypeObject* tt, PyObject** keys, PyObject** values) {
+    PyObject *k, *v;
+    if (tt == &PyDict_Type) {
+        k = PyDict_Keys(t);
+        v = k ? PyDict_Values(t) : nullptr;
+    } else {
+        k = PyObject_CallMethodNoArgs(t, s_keys);
+        v = k ? PyObject_CallMethodNoArgs(t, s_values) : nullptr;
+    }
+    *keys = k ? PySequence_Tuple(k) : nullptr;
+    *values = v ? PySequence_Tuple(v) : nullptr;
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    if (*keys == nullptr || *values == nullptr) {
+        Py_CLEAR(*keys);
+        Py_CLEAR(*values);
+        return false;
+    }
+    return true;
+}
+
+PyObject* flatten_tree(PyObject* t, PyObject* leaves);
+
+// The children's treedefs of `items` (a tuple), each flattened into `leaves`.
+PyObject* flatten_children(PyObject* items, PyObject* leaves) {
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    PyObject* kids = PyTuple_New(n);
+    if (kids == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* d = flatten_tree(PyTuple_GET_ITEM(items, i), leaves);
+        if (d == nullptr) { Py_DECREF(kids); return nullptr; }
+        PyTuple_SET_ITEM(kids, i, d);
+    }
+    return kids;
+}
+
+// lazyx.transforms.trees._flatten: append the leaves of `t` to `leaves`, return its treedef
+// (None for a leaf, (type, children) for a list or tuple, (dict, keys, children) for a dict).
+PyObject* flatten_tree(PyObject* t, PyObject* leaves) {
+    PyTypeObject* tt = Py_TYPE(t);
+    if (tt == g_array) {
+        if (PyList_Append(leaves, t) < 0) return nullptr;
+        Py_RETURN_NONE;
+    }
+    bool seq = tt == &PyTuple_Type || tt == &PyList_Type ||
+               (tt != &PyDict_Type && (PyTuple_Check(t) || PyList_Check(t)));
+    if (!seq && !PyDict_Check(t)) {
+        if (PyList_Append(leaves, t) < 0) return nullptr;
+        Py_RETURN_NONE;
+    }
+    if (Py_EnterRecursiveCall(" while flattening a tree of arrays")) return nullptr;
+    PyObject* out = nullptr;
+    if (seq) {
+        PyObject* items = seq_items(t, tt);
+        PyObject* kids = items ? flatten_children(items, leaves) : nullptr;
+        if (kids) out = PyTuple_Pack(2, reinterpret_cast<PyObject*>(tt), kids);
+        Py_XDECREF(items);
+        Py_XDECREF(kids);
+    } else {
+        PyObject *keys, *values;
+        if (dict_items(t, tt, &keys, &values)) {
+            PyObject* kids = flatten_children(values, leaves);
+            if (kids) out = PyTuple_Pack(3, reinterpret_cast<PyObject*>(&PyDict_Type), keys, kids);
+            Py_XDECREF(kids);
+            Py_DECREF(keys);
+            Py_DECREF(values);
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return out;
+}
+
+// flatten(tree, leaves) -> treedef.
+PyObject* flatten(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "flatten(tree, leaves: list)");
+        return nullptr;
+    }
+    return flatten_tree(args[0], args[1]);
+}
+
+// lazyx.scheduler.tree_arrays: append every array of `t` to `out`, in order.
+int collect_arrays(PyObject* t, PyObject* out) {
+    PyTypeObject* tt = Py_TYPE(t);
+    if (tt == g_array) return PyList_Append(out, t);
+    bool seq = PyTuple_Check(t) || PyList_Check(t);
+    if (!seq && !PyDict_Check(t)) return is_array(t) ? PyList_Append(out, t) : 0;
+    if (Py_EnterRecursiveCall(" while collecting the arrays of a tree")) return -1;
+    PyObject* items = nullptr;
+    if (seq) {
+        items = seq_items(t, tt);
+    } else {
+        PyObject* v = tt == &PyDict_Type ? PyDict_Values(t) : PyObject_CallMethodNoArgs(t, s_values);
+        items = v ? PySequence_Tuple(v) : nullptr;
+        Py_XDECREF(v);
+    }
+    int rc = items ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyTuple_GET_SIZE(items); ++i)
+        rc = collect_arrays(PyTuple_GET_ITEM(items, i), out);
+    Py_XDECREF(items);
+    Py_LeaveRecursiveCall();
+    return rc;
+}
+
+// tree_arrays(tree, out) -> out.
+PyObject* tree_arrays(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "tree_arrays(tree, out: list)");
+        return nullptr;
+    }
+    if (collect_arrays(args[0], args[1]) < 0) return nullptr;
+    Py_INCREF(args[1]);
+    return args[1];
+}
+
 PyMethodDef methods[] = {
     {"setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setup)), METH_FASTCALL,
      "setup(array_type): read the slot offsets of lazyx's array class."},
@@ -595,6 +731,10 @@ PyMethodDef methods[] = {
      METH_FASTCALL, "unevaluated_order(roots) -> the unevaluated nodes, inputs first."},
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
      "run(order, tables, keep, check, finish, failed): run the nodes of order."},
+    {"flatten", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(flatten)), METH_FASTCALL,
+     "flatten(tree, leaves) -> treedef: lazyx.transforms.trees._flatten."},
+    {"tree_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tree_arrays)),
+     METH_FASTCALL, "tree_arrays(tree, out) -> out: lazyx.scheduler.tree_arrays."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
@@ -609,6 +749,8 @@ NB_MODULE(_graph, m) {
     s_small_native = PyUnicode_InternFromString("small_native");
     s_wrapped = PyUnicode_InternFromString("__wrapped__");
     s_class = PyUnicode_InternFromString("__class__");
+    s_keys = PyUnicode_InternFromString("keys");
+    s_values = PyUnicode_InternFromString("values");
     ElementwiseOpType.tp_name = "lazyx._graph.ElementwiseOp";
     ElementwiseOpType.tp_basicsize = sizeof(ElementwiseOp);
     ElementwiseOpType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |

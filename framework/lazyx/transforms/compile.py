@@ -928,17 +928,22 @@ def compile(fun, inputs=None, outputs=None, shapeless: bool = False):
             entry = trace(leaves, treedef, bool(kwargs), key)
             if simple and not kwargs and all(type(a) is _array for a in args):
                 fast[(key[0],) + tuple(v for k in sig for v in k)] = entry
+            known = None  # the trace ran the function, which may have changed the state
         else:
             cache.hits += 1
-        return _call(entry, leaves, state, state_out)
+            # A replay runs no Python code of the function: the outputs= trees, when they
+            # are the inputs= trees, still have the structure just flattened.
+            known = state_def if state_in is not None and state_out is state_in else None
+        return _call(entry, leaves, state, state_out, known)
 
     compiled = functools.update_wrapper(compiled, fun)
     compiled.cache = cache
     return compiled
 
 
-def _call(entry: _Entry, leaves, state, state_out):
-    """Add the compiled call's node; return the outputs and update ``outputs=``."""
+def _call(entry: _Entry, leaves, state, state_out, state_def=None):
+    """Add the compiled call's node; return the outputs and update ``outputs=``
+    (``state_def``: the structure of ``outputs=`` when the caller knows it)."""
     ins = tuple(x for x in leaves if isinstance(x, _array)) + tuple(state) + entry.consts
     if not entry.out_shapes:
         outs = []
@@ -953,7 +958,7 @@ def _call(entry: _Entry, leaves, state, state_out):
             outs = lazy_multi(entry.output_shapes(ins), entry.out_dtypes, prim, ins)
     n = entry.n_returned
     if entry.state_paths:
-        _write_back(entry, state_out, outs[n:])
+        _write_back(entry, state_out, outs[n:], state_def)
     template = entry.out_template
     if template is None:
         return unflatten(entry.out_def, outs[:n])
@@ -968,9 +973,9 @@ def _call(entry: _Entry, leaves, state, state_out):
 _ARRAY = object()  # marks an array position in an output template
 
 
-def _write_back(entry: _Entry, state_out, values) -> None:
+def _write_back(entry: _Entry, state_out, values, state_def=None) -> None:
     trees = state_out
-    if flatten(trees)[1] != entry.state_defs:
+    if (state_def if state_def is not None else flatten(trees)[1]) != entry.state_defs:
         raise ArgumentError(
             "[compile] The structure of the outputs= trees changed since the function was "
             "traced (an entry was added or removed outside the compiled function); compile "

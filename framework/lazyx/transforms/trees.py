@@ -16,6 +16,7 @@ A flattened structure (a *treedef*) is a nested tuple:
 from __future__ import annotations
 
 from ..array import array
+from ..array import native as _native
 from ..errors import ArgumentError
 
 __all__ = ["flatten", "unflatten", "count_leaves", "leaf_paths", "broadcast_prefix", "describe"]
@@ -27,7 +28,7 @@ def flatten(tree, leaves: list | None = None):
     """``(leaves, treedef)``: the leaves of ``tree`` in order, and its structure."""
     if leaves is None:
         leaves = []
-    return leaves, _flatten(tree, leaves)
+    return leaves, _flatten_native(tree, leaves)
 
 
 def _flatten(t, leaves):
@@ -45,6 +46,11 @@ def _flatten(t, leaves):
         return (dict, tuple(t.keys()), tuple(_flatten(c, leaves) for c in t.values()))
     leaves.append(t)
     return None
+
+
+# The walk in C++ (framework/native/graph.cpp, ``flatten``) where the core's native module
+# is built; _flatten above is its reference, and the tests check that both agree.
+_flatten_native = _native.flatten if _native is not None else _flatten
 
 
 def unflatten(treedef, leaves, start: int = 0):
