@@ -980,8 +980,13 @@ def _write_back(entry: _Entry, state_out, values, state_def=None) -> None:
             "[compile] The structure of the outputs= trees changed since the function was "
             "traced (an entry was added or removed outside the compiled function); compile "
             "cannot write the results back. Compile again, or keep the structure fixed.")
+    parents: dict = {}  # the leaves of one container (a layer's parameters) share its walk
     for path, v in zip(entry.state_paths, values):
-        _assign(trees, path, v, "outputs")
+        up = path[:-1]
+        c = parents.get(up)
+        if c is None:
+            c = parents[up] = _setter(trees, path, "outputs")
+        c[path[-1]] = v
 
 
 def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
