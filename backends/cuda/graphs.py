@@ -44,7 +44,7 @@ import numpy as np
 from lazyx import backend as _backend
 from lazyx import scheduler as _scheduler
 from lazyx.environment import read_variable
-from lazyx.transforms.compile import CompiledCall
+from lazyx.transforms.compile import _OWN, CompiledCall, _count
 
 from . import gemm as _gemm
 from . import runtime as _rt
@@ -58,7 +58,7 @@ MIN_NODES = 3
 #: Graphs kept per compiled function (one per input signature; the oldest goes first).
 MAX_GRAPHS = 8
 
-stats = {"captures": 0, "replays": 0, "uncapturable": 0}
+stats = {"captures": 0, "replays": 0, "uncapturable": 0, "donated": 0}
 #: Why the last plan that could not be captured failed (for ``lazyx info`` and tests).
 last_failure = ""
 
@@ -165,7 +165,15 @@ def _graphs_of(entry) -> dict:
     return g
 
 
-def _key(inputs, nd):
+def _key(inputs, nd, shapeless: bool):
+    """The inputs' part of a graph's key, or None when one is not a device buffer. A
+    compiled function's entry fixes its inputs' shapes and dtypes unless it is
+    shapeless, so only a shapeless entry's key names them."""
+    if not shapeless:
+        for x in inputs:
+            if type(x) is not nd:
+                return None
+        return ()
     key = []
     for x in inputs:
         if type(x) is not nd:
@@ -229,18 +237,42 @@ def _capture(prim, inputs, tables):
                   table[:n_in + len(outs) + len(checks)])
 
 
-def _launch(g: _Graph, inputs):
-    """One call of ``g`` on ``inputs``: its results as the caller's own buffers."""
+def _donors(prim, inputs, nd) -> dict:
+    """``{(shape, dtype): [(input position, buffer), ...]}``: the call's inputs whose
+    buffers may receive its outputs: those the compiled entry lists as donor candidates
+    (an optimizer's update reads a parameter and its moments once and last) whose array is
+    held by the node's input tuple alone and whose buffer by that array and the
+    scheduler's input list alone (the CPU's test: ``lazyx.transforms.compile._donors``),
+    contiguous and owning its memory. Nothing else can read such a buffer again."""
+    ins = prim._ins
+    found: dict = {}
+    if ins is None or _scheduler.retain_graph.depth:
+        return found
+    for k in prim.entry.donor_positions:
+        x = ins[k]
+        buf = inputs[k]
+        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and type(buf) is nd \
+                and buf.base is None and buf.flags.c_contiguous:
+            found.setdefault((buf.shape, buf.dtype), []).append((k, buf))
+    return found
+
+
+def _launch(g: _Graph, inputs, donors=None):
+    """One call of ``g`` on ``inputs``: its results as the caller's own buffers, those of
+    ``donors`` (:func:`_donors`) where one fits an output (its static input got its bytes
+    first, in the graph's first copy), fresh ones otherwise."""
     cp = _rt.cp
     cur = cp.cuda.get_current_stream()
     slot = g.slot()
     host = slot[1]
     keep = []  # contiguous copies of strided inputs, alive until their row is queued
     last = g.last
+    sources, sizes = [], []  # the table's columns are written once each, not per row
     for r, x in enumerate(inputs):
         ref = last[r]
         if ref is not None and ref() is x:  # the static input holds x's bytes already
-            host[r, 2] = 0
+            sources.append(0)
+            sizes.append(0)
             continue
         if x.flags.c_contiguous:
             last[r] = _weak(x)
@@ -248,14 +280,34 @@ def _launch(g: _Graph, inputs):
             x = cp.ascontiguousarray(x)
             keep.append(x)
             last[r] = None
-        host[r, 0], host[r, 2] = x.data.ptr, x.nbytes
-    n = g.n_in
-    fresh = []
-    for o in g.statics:
-        f = cp.empty(o.shape, o.dtype)
-        host[n, 1] = f.data.ptr
-        fresh.append(f)
-        n += 1
+        sources.append(x.data.ptr)
+        sizes.append(x.nbytes)
+    n_in = g.n_in
+    if n_in:
+        host[:n_in, 0] = sources
+        host[:n_in, 2] = sizes
+    empty = cp.empty
+    if donors:
+        fresh = []
+        given = set()
+        for o in g.statics:
+            pool = donors.get((o.shape, o.dtype))
+            if pool:
+                f = pool.pop()[1]
+                given.add(id(f))
+            else:
+                f = empty(o.shape, o.dtype)
+            fresh.append(f)
+        if given:
+            stats["donated"] += len(given)
+            # Their bytes are about to change: a row that remembers one copies again.
+            for r, ref in enumerate(last):
+                if ref is not None and id(ref()) in given:
+                    last[r] = None
+    else:
+        fresh = [empty(o.shape, o.dtype) for o in g.statics]
+    n = n_in + len(fresh)
+    host[n_in:n, 1] = [f.data.ptr for f in fresh]
     cp.cuda.runtime.memcpyAsync(g.table.data.ptr, slot[0].ptr, n * 24,
                                 cp.cuda.runtime.memcpyHostToDevice, cur.ptr)
     slot[2].record(cur)
@@ -289,7 +341,7 @@ def compiled_call_kernel(prim, inputs):
     if not ENABLED or _scheduler.retain_graph.depth or len(entry.run_tape.nodes) < MIN_NODES:
         return prim.eval_gpu(inputs)
     tables = (_backend._tables or _backend.dispatch_tables())[0]
-    key = _key(inputs, _rt.cp.ndarray)
+    key = _key(inputs, _rt.cp.ndarray, entry.run_tape.shapeless)
     if key is None:  # a host buffer among the inputs: the plan uploads it
         return prim.eval_gpu(inputs)
     key = (key, _rt.cp.cuda.Device().id)
@@ -315,7 +367,8 @@ def compiled_call_kernel(prim, inputs):
     if g is _NO or g.tables is not tables:
         return prim.eval_gpu(inputs)
     stats["replays"] += 1
-    return _launch(g, inputs)
+    donors = _donors(prim, inputs, _rt.cp.ndarray) if prim._ins is not None else None
+    return _launch(g, inputs, donors)
 
 
 KERNELS = {CompiledCall: compiled_call_kernel}

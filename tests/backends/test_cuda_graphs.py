@@ -144,6 +144,41 @@ def test_indexing_is_captured_and_its_bounds_still_checked(graphs):
             pytest.approx([x[0], x[9]])
 
 
+def test_state_buffers_are_donated_to_the_outputs_and_kept_arrays_are_not(graphs):
+    # inputs= and outputs= the same state: a replay writes the new state into the old
+    # state's buffers (no allocation), but never into an array the caller still holds.
+    from functools import partial
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal((64, 32)).astype(np.float32) * 0.3
+    state = {"w": _dev(w0), "m": _dev(np.zeros_like(w0))}
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def step(g, x):
+        state["m"] = 0.9 * state["m"] + 0.1 * g
+        state["w"] = state["w"] - 0.01 * state["m"]
+        return mx.tanh(x @ state["w"]).sum()
+
+    w, m = w0.astype(np.float64), np.zeros(w0.shape)
+    kept = []
+    with mx.stream(mx.gpu):
+        for i in range(9):
+            g = rng.standard_normal(w0.shape).astype(np.float32)
+            x = rng.standard_normal((4, 64)).astype(np.float32)
+            if i in (4, 6):
+                kept.append((state["w"], w.copy()))   # the caller holds it: not donated
+            loss = step(_dev(g), _dev(x))
+            mx.eval(loss, state)
+            m = 0.9 * m + 0.1 * g
+            w = w - 0.01 * m
+            np.testing.assert_allclose(np.asarray(state["w"]), w, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(state["m"]), m, rtol=1e-4, atol=1e-6)
+            assert loss.item() == pytest.approx(np.tanh(x @ w).sum(), rel=1e-3, abs=1e-3)
+    for arr, want in kept:  # untouched by the replays after it was passed
+        np.testing.assert_allclose(np.asarray(arr), want, rtol=1e-4, atol=1e-5)
+    assert graphs.stats["replays"] >= 6, (graphs.stats, graphs.last_failure)
+    assert graphs.stats["donated"] > 0, graphs.stats
+
+
 def test_graphs_switched_off(graphs, monkeypatch):
     monkeypatch.setattr(graphs, "ENABLED", False)
     f = mx.compile(_mlp_fn)
