@@ -374,6 +374,26 @@ CASES += [
 ]
 
 
+# Fourier transforms (kernels/fft.py): a power of two, mixed radix (60 = 4 * 3 * 5), a prime
+# (97: Bluestein), the real transforms (rfft zero-pads 60 to 64 on the GPU: a float32 Pad),
+# 2-D. Complex inputs are complex64 data (a cast to complex64 has no Metal kernel); norm
+# "ortho" keeps the outputs O(1), the scale the per-element tolerance assumes.
+CASES += [
+    Case("fft.fft n=64", lambda x: mx.fft.fft(x, norm="ortho"), ("complex64",), ((3, 64),),
+         BUILTIN, (-1.0, 1.0), quick=True),
+    Case("fft.ifft n=60 (radices 4, 3, 5)", lambda x: mx.fft.ifft(x, norm="ortho"),
+         ("complex64",), ((2, 60),), BUILTIN, (-1.0, 1.0)),
+    Case("fft.fft n=97 (Bluestein)", lambda x: mx.fft.fft(x, axis=0, norm="ortho"),
+         ("complex64",), ((97, 3),), BUILTIN, (-1.0, 1.0)),
+    Case("fft.rfft n=64 (padded from 60)", lambda x: mx.fft.rfft(x, n=64, norm="ortho"),
+         ("float32",), ((3, 60),), BUILTIN, (-1.0, 1.0), quick=True),
+    Case("fft.irfft n=97", lambda x: mx.fft.irfft(x, n=97, norm="ortho"), ("complex64",),
+         ((2, 49),), BUILTIN, (-1.0, 1.0)),
+    Case("fft.fft2 axes=(0, 1)", lambda x: mx.fft.fft2(x, axes=(0, 1), norm="ortho"),
+         ("complex64",), ((12, 10, 3),), BUILTIN, (-1.0, 1.0)),
+]
+
+
 # -- enabling the backend -----------------------------------------------------------------------
 def enable(emulate: bool) -> str | None:
     """Make the Metal backend usable in this process: with ``emulate``, through lazyx's
@@ -465,6 +485,8 @@ def _compare(got, want) -> tuple[float, str | None]:
             return float("inf"), (f"output {j} is {g.dtype}{list(g.shape)}, the CPU's "
                                   f"{w.dtype}{list(w.shape)}")
         gn, wn = np.array(g), np.array(w)
+        if gn.dtype.kind == "c":  # compare real and imaginary parts (float64 would drop the latter)
+            gn, wn = (np.stack([a.real, a.imag], axis=-1) for a in (gn, wn))
         err = _max_error(gn, wn)
         worst = max(worst, err)
         rtol, atol = TOLERANCES.get(g.dtype.name, (0.0, 0.0))

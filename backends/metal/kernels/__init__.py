@@ -31,10 +31,12 @@ is built from it (``lazyx.backends.metal``).
 | ``Convolution`` | conv | implicit GEMM: 32 x 32 tiles of output pixels x output channels per group, K (taps x channels) in steps of 16, the input read through the padding/dilation index arithmetic |
 | ``QuantizedMatmul``, ``GatherQMM`` (affine) | quantized | a simdgroup per output value, lanes along K, values decoded from the packed words (any width) |
 | ``Dequantize`` (affine) | quantized | a thread per value, MLX's rounding bit for bit |
+| ``FFT`` | fft | a threadgroup per row (up to 4096 points): mixed-radix Stockham (2, 3, 4, 5, 7, 8, 11, 13), Bluestein for other primes, four-step passes for longer rows; one pass per axis |
 | ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
 from lazyx.plugins import conv as _conv
+from lazyx.plugins import fft as _fft
 from lazyx.plugins import matmuls as _matmuls
 from lazyx.plugins import fast as _fast
 from lazyx.plugins import products as _products
@@ -47,6 +49,7 @@ from . import products, reductions, softmax
 from . import random, scans, sorting
 from . import fast, indexing, shapes
 from . import conv, quantized
+from . import fft
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -81,9 +84,10 @@ KERNELS = {
     _quantized.QuantizedMatmul: quantized.quantized_matmul,   # affine; the float modes: CPU
     _quantized.GatherQMM: quantized.gather_qmm,
     _quantized.Dequantize: quantized.dequantize,
+    _fft.FFT: fft.fft,   # any length: Stockham in threadgroup memory, Bluestein, four-step
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
 LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
              indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY, conv.LIBRARY,
-             quantized.LIBRARY)
+             quantized.LIBRARY, fft.LIBRARY)
