@@ -17,9 +17,10 @@ The flow is MLX's:
    for: CUDA C++ through :class:`lazyx.backends.cuda.CudaKernel` (NVRTC, via CuPy),
    PTX/cubin through CuPy's ``RawModule``. Any other backend, and the CPU, is a
    :class:`KernelNotFoundError` naming the kernel and the backend: there is no silent
-   fallback. The Metal backend's runtime dispatches one-output, one-thread-per-element
-   ``MetalKernel`` launches only, so a custom Metal kernel's node is built (source,
-   checks) but its launch is refused with that error, for now.
+   fallback. On the Metal backend a ``fast.metal_kernel`` node is one of its built-in
+   launches (``lazyx.backends.metal.kernels.custom``): the source compiled once, the
+   inputs, helpers and outputs bound in the signature's order, ``grid`` threads
+   dispatched in ``threadgroup`` blocks.
 
 A custom kernel has no gradient or batching rule (MLX has none either): wrap it in
 ``lazyx.core.custom_function`` to give it a vjp. It is not in the registry-wide rule
@@ -93,6 +94,20 @@ METAL_HEADER = """\
 #include <metal_stdlib>
 using namespace metal;
 
+// What MLX's kernel headers give a custom kernel: its dtype names and elem_to_loc.
+typedef half float16_t;
+typedef bfloat bfloat16_t;
+template <typename IdxT = int64_t>
+inline IdxT elem_to_loc(IdxT elem, constant const int* shape, constant const int64_t* strides,
+                        int ndim) {
+  IdxT loc = 0;
+  for (int i = ndim - 1; i >= 0 && elem > 0; --i) {
+    loc += IdxT(elem % IdxT(shape[i])) * IdxT(strides[i]);
+    elem /= IdxT(shape[i]);
+  }
+  return loc;
+}
+
 """
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -156,10 +171,8 @@ class CustomKernel(Primitive):
         from lazyx.backend import backend_for  # dispatch state: read at launch only
         active = backend_for(DeviceType.gpu).name
         if active != self.backend or self.backend != "cuda":
-            why = ("lazyx's Metal runtime launches one-output MetalKernel kernels only; "
-                   "custom Metal kernels are built and checked but not launched yet"
-                   if self.backend == "metal" and active == "metal" else
-                   f"the active gpu backend is {active!r}")
+            # (The Metal backend launches its own nodes: lazyx.backends.metal.kernels.custom.)
+            why = f"the active gpu backend is {active!r}"
             raise KernelNotFoundError(
                 f"The custom {self.backend} kernel {self.kernel_name!r} cannot run: {why}. "
                 f"It runs only on the {self.backend} backend; lazyx does not fall back.")

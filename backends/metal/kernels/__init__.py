@@ -31,11 +31,13 @@ is built from it (``lazyx.backends.metal``).
 | ``Convolution`` | conv | implicit GEMM: 32 x 32 tiles of output pixels x output channels per group, K (taps x channels) in steps of 16, the input read through the padding/dilation index arithmetic |
 | ``QuantizedMatmul``, ``GatherQMM`` (affine) | quantized | a simdgroup per output value, lanes along K, values decoded from the packed words (any width) |
 | ``Dequantize`` (affine) | quantized | a thread per value, MLX's rounding bit for bit |
+| ``CustomKernel`` (``fast.metal_kernel``) | custom | the user's MSL, compiled once per source, bound in MLX's signature order, ``grid`` threads in ``threadgroup`` blocks |
 | ``FFT`` | fft | a threadgroup per row (up to 4096 points): mixed-radix Stockham (2, 3, 4, 5, 7, 8, 11, 13), Bluestein for other primes, four-step passes for longer rows; one pass per axis |
 | ``SliceUpdate``, ``Concatenate``, ``Pad``, ``Contiguous``, ``DynamicSliceUpdate``, ``Diag``, ``View``, ``Reshape``, ``(Un)Flatten`` | shapes, indexing | one strided copy kernel (1/2/4/8-byte elements) |
 """
 
 from lazyx.plugins import conv as _conv
+from lazyx.plugins import custom_kernels as _custom
 from lazyx.plugins import fft as _fft
 from lazyx.plugins import matmuls as _matmuls
 from lazyx.plugins import fast as _fast
@@ -50,6 +52,7 @@ from . import random, scans, sorting
 from . import fast, indexing, shapes
 from . import conv, quantized
 from . import fft
+from . import custom
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -84,6 +87,7 @@ KERNELS = {
     _quantized.QuantizedMatmul: quantized.quantized_matmul,   # affine; the float modes: CPU
     _quantized.GatherQMM: quantized.gather_qmm,
     _quantized.Dequantize: quantized.dequantize,
+    _custom.CustomKernel: custom.custom_kernel,   # fast.metal_kernel's nodes
     _fft.FFT: fft.fft,   # any length: Stockham in threadgroup memory, Bluestein, four-step
 }
 
