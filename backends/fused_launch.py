@@ -166,10 +166,11 @@ def plan_for(target: Target, program, inputs) -> Plan:
     return p
 
 
-def run_program(target: Target, program, inputs, runner):
+def run_program(target: Target, program, inputs, runner, plan=None):
     """Run ``program`` on device arrays ``inputs`` with ``runner``; the output array, or a
-    tuple of them. Returns None when the plan is unrunnable (see :class:`Plan`)."""
-    p = plan_for(target, program, inputs)
+    tuple of them. Returns None when the plan is unrunnable (see :class:`Plan`). ``plan``:
+    the caller's :func:`plan_for` of the same program and inputs, when it has it."""
+    p = plan if plan is not None else plan_for(target, program, inputs)
     if p.unrunnable:
         return None
     empty = runner.empty
@@ -243,7 +244,7 @@ def eager_kernel(target: Target, cls, fallback):
                         p.unrunnable = True
             if not p.unrunnable:
                 try:
-                    return run_program(target, entry, inputs, target.runner())
+                    return run_program(target, entry, inputs, target.runner(), p)
                 except KernelCompileError as exc:
                     _compile_failed(target, entry, exc)
                     p.reason = "its generated kernel did not compile"
