@@ -394,6 +394,98 @@ CASES += [
 ]
 
 
+# Creation ops (kernels/creation.py): no inputs, so the dtype column is the output's (a
+# fractional float step, a negative one in float16, linspace to integers, k offsets) — and
+# the reductions that are not folds (kernels/reductions.py). The second operands of
+# allclose and array_equal are made on the CPU stream, so the GPU runs the comparison alone.
+def _nudged(x):
+    """``x`` times ``1 + 1e-6`` in its own dtype, made on the CPU (close to ``x``)."""
+    return mx.multiply(x, 1.000001, stream=mx.cpu).astype(x.dtype, stream=mx.cpu)
+
+
+CASES += [
+    Case("arange -7..40 step 3", lambda: mx.arange(-7, 40, 3), INTS, (), BUILTIN, quick=True),
+    Case("arange -1.3..2.3 step 0.1", lambda: mx.arange(-1.3, 2.3, 0.1), ("float32",), (),
+         BUILTIN, quick=True),
+    Case("arange 5..-3 step -0.37", lambda: mx.arange(5, -3, -0.37, dtype=mx.float16),
+         ("float16",), (), BUILTIN),
+    Case("linspace -1.5..2 num=37", lambda: mx.linspace(-1.5, 2.0, 37), ("float32",), (),
+         BUILTIN),
+    Case("linspace 0..3 num=10", lambda: mx.linspace(0, 3, 10, dtype=mx.int32), INTS, (),
+         BUILTIN),
+    Case("eye 5x7 k=1", lambda: mx.eye(5, 7, k=1), ("float32",), (), BUILTIN),
+    Case("tri 6x4 k=-1", lambda: mx.tri(6, 4, k=-1, dtype=mx.bool_), BOOLS, (), BUILTIN),
+    Case("full (broadcast)", lambda x: mx.full((4, 33), x), NUMBERS + BOOLS, ((33,),), BUILTIN),
+    Case("zeros", lambda: mx.zeros((4, 33), dtype=mx.bfloat16), ("bfloat16",), (), BUILTIN),
+    Case("hanning 33", lambda: mx.hanning(33), ("float32",), (), BUILTIN),
+    Case("blackman 40", lambda: mx.blackman(40), ("float32",), (), BUILTIN),
+    Case("median axis=1", lambda x: mx.median(x, axis=1), FLOATS, ((6, 33),), BUILTIN,
+         quick=True),
+    Case("median axis=(0, 2)", lambda x: mx.median(x, axis=(0, 2)), FLOATS, ((4, 6, 9),),
+         BUILTIN),
+    Case("allclose (broadcast; nudged)",
+         lambda a, b: (mx.allclose(a, b), mx.allclose(a, _nudged(a))), NUMBERS + BOOLS,
+         ((6, 33), (33,)), BUILTIN),
+    Case("array_equal (random; a copy)",
+         lambda a, b: (mx.array_equal(a, b), mx.array_equal(a, mx.array(np.array(a)))),
+         NUMBERS + BOOLS, ((6, 33), (6, 33)), BUILTIN),
+]
+
+
+# Attention's backward (kernels/fast.py, ScaledDotProductAttentionVJP): dq by query rows, dk and
+# dv by key rows summed over grouped heads, the sinks' cotangents; every mask kind. The masks
+# are 4-d (no reshape node); the additive one broadcasts over heads by a stride of 0. Inputs
+# in [-1, 1): gradients are sums of cancelling float32 terms, whose error grows with the
+# scores' range past the table's float32 tolerance (the CPU's kernel is off as much).
+def _sdpa_vjp(mask=None):
+    """The cotangents of attention's q, k, v and sinks; the inputs ``(q, k, v[, mask][, sinks],
+    cotangent)``. ``mask``: "causal", "bool" (:data:`_SDPA_MASK`) or "input" (the additive
+    mask is an input)."""
+    def grads(q, k, v, *rest):
+        *extra, cot = rest
+        m = extra.pop(0) if mask == "input" else mx.array(_SDPA_MASK) if mask == "bool" else mask
+        sinks = extra[0] if extra else None
+        # A half type's sinks get their float32 cotangent cast back by a generated kernel
+        # (the primitive's rule, not this row's kernels): there they are held fixed.
+        moving = sinks is not None and q.dtype == mx.float32
+
+        def attend(q, k, v, *s):
+            return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.4, mask=m,
+                                                        sinks=s[0] if moving else sinks)
+        return mx.vjp(attend, [q, k, v] + [sinks] * moving, [cot])[1]
+    return grads
+
+
+CASES += [
+    Case("fast.sdpa vjp causal sinks (GQA)", _sdpa_vjp("causal"), FLOATS,
+         ((1, 4, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), (4,), (1, 4, 5, 8)), BUILTIN, (-1.0, 1.0),
+         quick=True),
+    Case("fast.sdpa vjp bool mask", _sdpa_vjp("bool"), FLOATS,
+         ((1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), (1, 2, 5, 8)), BUILTIN, (-1.0, 1.0)),
+    Case("fast.sdpa vjp additive mask", _sdpa_vjp("input"), FLOATS,
+         ((1, 2, 5, 8), (1, 2, 6, 8), (1, 2, 6, 8), (1, 1, 5, 6), (1, 2, 5, 8)), BUILTIN,
+         (-1.0, 1.0)),
+]
+
+
+# Quantization (kernels/quantized.py): quantize in the GPU's kernel (packed words, scales and
+# biases compared exactly: the packing is the CPU's bit for bit), then the micro-scaled float
+# modes' products from weights quantized on the CPU stream.
+CASES += [
+    Case("quantize affine 4-bit gs=64", lambda w: mx.quantize(w, 64, 4), FLOATS, ((4, 128),),
+         BUILTIN, quick=True),
+    Case("quantize affine 3-bit gs=32", lambda w: mx.quantize(w, 32, 3), FLOATS, ((3, 96),),
+         BUILTIN),
+    Case("quantize affine 8-bit gs=128", lambda w: mx.quantize(w, 128, 8), FLOATS, ((2, 256),),
+         BUILTIN),
+] + [Case(f"quantize {mode}", lambda w, mode=mode: mx.quantize(w, mode=mode), FLOATS,
+          ((4, 64),), BUILTIN) for mode in ("mxfp4", "nvfp4", "mxfp8")] + [
+    Case(f"quantized_matmul {mode}",
+         lambda x, w, mode=mode: mx.quantized_matmul(
+             x, *mx.quantize(w, mode=mode, stream=mx.cpu), mode=mode),
+         FLOATS, ((3, 64), (24, 64)), BUILTIN) for mode in ("mxfp4", "nvfp4", "mxfp8")]
+
+
 # -- enabling the backend -----------------------------------------------------------------------
 def enable(emulate: bool) -> str | None:
     """Make the Metal backend usable in this process: with ``emulate``, through lazyx's

@@ -7,7 +7,7 @@ Two levels, as tests/backends/test_metal_products.py:
   kernels (backends/cpu/kernels/fast.py) run in float64 on the same (rounded) inputs,
   within one rounding to the dtype plus the float32 computation's error;
 * ``stream=mx.gpu`` with the Metal backend emulated on the CPU against the CPU backend:
-  the kernels are counted as built-in, the VJPs still take the CPU fallback.
+  the kernels, the norms' and attention's backwards included, are counted as built-in.
 
 Shapes stay small: the shim runs a threadgroup's threads one at a time.
 """
@@ -267,12 +267,12 @@ def test_the_table_and_the_library():
                           (fp.RoPE, fast.rope), (fp.ScaledDotProductAttention, fast.attention),
                           (fp.CrossEntropy, fast.cross_entropy)):
         assert kernels.KERNELS[cls] is launcher
-    assert fp.ScaledDotProductAttentionVJP not in kernels.KERNELS
+    assert kernels.KERNELS[fp.ScaledDotProductAttentionVJP] is fast.attention_vjp
     assert fast.LIBRARY in kernels.LIBRARIES
-    # Six templates (norm, norm_vjp, norm_vjp_columns, rope, sdpa, cross_entropy)
-    # instantiated from the dtype tables.
-    assert fast.LIBRARY.source.count("[[kernel]] void") == 6
-    assert fast.LIBRARY.source.count("[[host_name(") == len(fast.DTYPES) * (6 + len(fast.TARGET_DTYPES))
+    # Nine templates (norm, norm_vjp, norm_vjp_columns, rope, sdpa, cross_entropy, and
+    # attention's backward: rows, keys, sinks) instantiated from the dtype tables.
+    assert fast.LIBRARY.source.count("[[kernel]] void") == 9
+    assert fast.LIBRARY.source.count("[[host_name(") == len(fast.DTYPES) * (11 + len(fast.TARGET_DTYPES))
 
 
 # -- through the backend: stream=mx.gpu, emulated ----------------------------------------------------
@@ -319,7 +319,7 @@ def test_the_fast_forwards_and_the_norm_backwards_are_built_in(on_metal):
     for name in ("RMSNorm", "LayerNorm", "RMSNormVJP", "LayerNormVJP", "RoPE",
                  "ScaledDotProductAttention", "CrossEntropy"):
         assert mx.kernel_provider("metal", name) == "backend 'metal'"
-    # The norms' gradients run their fused backward built in; attention's still falls back.
+    # The norms' gradients run their fused backward built in (attention's: test_metal_attention_vjp).
     gen = rng(58)
     x, w = mx.array(data((3, 16), "float32", gen)), mx.array(data((16,), "float32", gen))
     b = mx.array(data((16,), "float32", gen))

@@ -1,5 +1,6 @@
-"""Metal kernels of the ``fast`` op pack's forward primitives: ``RMSNorm``, ``LayerNorm``,
-``RoPE``, ``ScaledDotProductAttention`` and ``CrossEntropy``.
+"""Metal kernels of the ``fast`` op pack's primitives: ``RMSNorm``, ``LayerNorm``,
+``RoPE``, ``ScaledDotProductAttention`` and ``CrossEntropy``, and the fused backwards
+``RMSNormVJP``, ``LayerNormVJP`` and ``ScaledDotProductAttentionVJP``.
 
 One MSL library (with :mod:`.softmax`'s row statistics, which cross-entropy reuses), one template per kernel instantiated per dtype from
 :data:`DTYPES` (and, for cross-entropy, per target dtype from :data:`TARGET_DTYPES`);
@@ -12,6 +13,9 @@ dtype, with the numerics of the CPU reference kernels
   threadgroup reduction, then ``sum((x - mean)^2)`` (the mean 0 for RMSNorm), then
   ``y = (x - mean) / sqrt(ms + eps) * weight + bias``, weight and bias optional
   (flags in a constant buffer, the same kernel);
+* **norms' backwards** (``norm_vjp_<dtype>``, ``norm_vjp_columns_<dtype>``): dx by rows
+  of C-contiguous x, each row's ``(mean, r)`` kept for a thread per column that sums the
+  weight's and bias's cotangents over the rows;
 * **RoPE** (``rope_<dtype>``): a thread per rotated pair ``(i, t, row)`` (plus one per
   feature past ``dims``, copied), the angle ``(t + offset) * scale * inv_freq[i]``
   computed in float32 as the CPU computes it (``inv_freq = exp(-i * float32(log(base) /
@@ -30,14 +34,34 @@ dtype, with the numerics of the CPU reference kernels
   ``m = sink, l = 1``. Grouped-query heads read kv head ``h // (Hq / Hkv)``. A causal
   row stops at its diagonal. The keys and values are read from device memory by every
   simdgroup (no threadgroup staging; on a GPU they come from the cache);
+* **attention's backward** (``ScaledDotProductAttentionVJP``, FlashAttention-2's: the
+  scores and their softmax recomputed, never stored; inputs ``(q, k, v[, mask][, sinks],
+  out, dO)``, the forward's output given, its log-sum-exp not), three dispatches:
+
+  1. ``sdpa_vjp_rows_<dtype>`` (and ``_boolmask_``): dq by query rows, sdpa's layout (a
+     simdgroup per query row, lanes along the head dimension). A row first computes
+     ``D = dO . out`` (a ``simd_sum``) and walks its keys for the softmax max ``m`` and
+     sum ``l`` (the sink's logit included), then walks them again: ``p = exp(s - m) /
+     l``, ``ds = p (dO . v - D)`` (0 where a causal or boolean mask holds the score
+     constant), ``dq = scale sum ds k``. ``(m, l, D)`` of every row go to a float32
+     scratch buffer (``(m, l)`` apart, not ``m + log l``: a row that sees no key has ``m``
+     of ``finfo.min``, which would swallow ``log l``);
+  2. ``sdpa_vjp_keys_<dtype>`` (and ``_boolmask_``): dk and dv by key rows, a threadgroup
+     per (batch, kv head, block of :data:`ROWS` keys), a simdgroup per key row ``j``
+     walking the query rows of each of the ``Hq / Hkv`` query heads that read its kv
+     head (the grouped-query sum in registers: no atomics, one writer per output row),
+     ``p`` recomputed from the rows' statistics: ``dv = sum p dO``, ``dk = scale sum ds
+     q``. A causal key walks only the rows that see it, and the rows that see no key;
+  3. with sinks, ``sdpa_vjp_sinks_<dtype>``: a threadgroup per (batch, query head)
+     reduces ``-sum_i exp(sink - m_i) / l_i * D_i`` over the rows (float32, one per
+     batch: the primitive's rule sums them).
 * **cross-entropy** (``cross_entropy_<dtype>_<target dtype>``): softmax's row statistics
   (the max, taken as 0 where not finite, and ``sum(exp(x - m))``), then ``log(s) + m -
   logits[target mod n]`` in float32, one value per row.
 
-The VJP primitives (``RMSNormVJP``, ``LayerNormVJP``, ``ScaledDotProductAttentionVJP``)
-have no Metal kernel: they take the backend's explicit CPU fallback. float64 has no
-Metal type (:class:`.common.UnsupportedDtype`, then the fallback refuses it); a head
-dimension over :data:`MAX_HEAD_DIM` is refused the same way (the CPU's kernel runs it).
+float64 has no Metal type (:class:`.common.UnsupportedDtype`, then the fallback refuses
+it); a head dimension over :data:`MAX_HEAD_DIM` is refused the same way (the CPU's kernel
+runs it), in the forward and the backward alike.
 """
 
 from __future__ import annotations
@@ -54,7 +78,7 @@ from .common import (empty, PRELUDE, SIMD_WIDTH, Dispatch, Library, UnsupportedD
                      unsupported)
 
 __all__ = ["rms_norm", "layer_norm", "rms_norm_vjp", "layer_norm_vjp", "rope", "attention",
-           "cross_entropy", "LIBRARY", "DTYPES",
+           "attention_vjp", "cross_entropy", "LIBRARY", "DTYPES",
            "TARGET_DTYPES", "ROWS", "MAX_HEAD_DIM"]
 
 #: Query rows (simdgroups) per attention threadgroup; head dimensions one simdgroup holds.
@@ -279,6 +303,225 @@ template <typename T, typename M>
   }
 }
 
+// ---- attention's backward (ScaledDotProductAttentionVJP): FlashAttention-2's, the scores and
+// their softmax recomputed from each query row's statistics, never stored. sizes and strides
+// as sdpa's (plus the output's and the cotangent's strides). stats holds, per query row
+// (b, h, i) in C order, (m, l, D): the row's softmax max and sum (the sink included) and
+// D = dO . O, the forward's output as given (the CPU's rowsum(dO * out)).
+// A causal mask or a boolean mask's False holds a score constant: no gradient flows through
+// it (ds = 0, as the CPU's `keep`); an additive mask moves the score but passes gradients.
+inline bool score_kept(bool keep) { return keep; }
+template <typename M> inline bool score_kept(M) { return true; }
+
+// The score of a query row (qr: its scaled query, this lane's share) against key row K,
+// masked as sdpa masks it (`past`: the key lies past a causal row's diagonal); `kept`: the
+// mask left it a function of q and k. Both kernels compute it alike, so p agrees.
+template <typename T, typename M>
+inline float sdpa_vjp_score(thread const float* qr, device const T* K, int64_t stride, int D,
+                            uint lane, int kind, bool past, device const M* mval, float masked,
+                            thread bool& kept) {
+  float part = 0.0f;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    if (d < D) part += qr[e] * float(K[d * stride]);
+  }
+  float s = simd_sum(part);
+  kept = true;
+  if (kind == 1 && past) {
+    s = masked;
+    kept = false;
+  } else if (kind == 2) {
+    kept = score_kept(*mval);
+    s = masked_score(s, *mval, masked);
+  }
+  return s;
+}
+
+// dq by query rows: a threadgroup per (batch, query head, block of up to ROWS rows), a
+// simdgroup per row, its lanes splitting the head dimension, as sdpa. Two walks over the
+// row's keys (a causal row stops at its diagonal): the online max and sum (no values), then
+//   p_j = exp(s_j - m) / l,  ds_j = p_j (dO . v_j - D),  dq = scale sum_j ds_j k_j.
+// A causal row that sees no key has every score constant: dq = 0, no second walk.
+template <typename T, typename M>
+[[kernel]] void sdpa_vjp_rows(
+    device const T* q [[buffer(0)]], device T* dq [[buffer(1)]],
+    device const T* k [[buffer(2)]], device const T* v [[buffer(3)]],
+    device const M* mask [[buffer(4)]], device const T* sinks [[buffer(5)]],
+    device const T* o [[buffer(6)]], device const T* g [[buffer(7)]],
+    device float* stats [[buffer(8)]], constant int* sizes [[buffer(9)]],
+    constant float& scale [[buffer(10)]], constant int64_t* qs [[buffer(11)]],
+    constant int64_t* ks [[buffer(12)]], constant int64_t* vs [[buffer(13)]],
+    constant int64_t* ms [[buffer(14)]], constant int64_t* os [[buffer(15)]],
+    constant int64_t* gs [[buffer(16)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  const float masked = numeric_limits<float>::lowest();   // the CPU's MASKED
+  const int Hq = sizes[0], G = sizes[1], Tq = sizes[2], Tk = sizes[3], D = sizes[4];
+  const int Dv = sizes[5], kind = sizes[6];
+  const int b = int(group.z) / Hq, h = int(group.z) % Hq, hk = h / G;
+  const int wanted = int(group.y * threads.y + lid.y);   // the query row
+  // Rows past Tq repeat the last one (whole simdgroups for simd_sum) and write nothing.
+  const int row = wanted < Tq ? wanted : Tq - 1;
+  device const T* Q = q + b * qs[0] + h * qs[1] + row * qs[2];
+  device const T* O = o + b * os[0] + h * os[1] + row * os[2];
+  device const T* dO = g + b * gs[0] + h * gs[1] + row * gs[2];
+  device const T* K = k + b * ks[0] + hk * ks[1];
+  device const T* V = v + b * vs[0] + hk * vs[1];
+  device const M* Mrow = mask + b * ms[0] + h * ms[1] + row * ms[2];
+  float qr[SDPA_PER_LANE], gr[SDPA_PER_LANE], acc[SDPA_PER_LANE];
+  float part = 0.0f;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    qr[e] = d < D ? float(Q[d * qs[3]]) * scale : 0.0f;
+    gr[e] = d < Dv ? float(dO[d * gs[3]]) : 0.0f;
+    if (d < Dv) part += gr[e] * float(O[d * os[3]]);
+    acc[e] = 0.0f;
+  }
+  const float Drow = simd_sum(part);
+  float m = -numeric_limits<float>::infinity(), l = 0.0f;
+  if (sizes[7]) {   // the sink: one more logit, no value
+    m = float(sinks[b * sizes[8] + h]);
+    l = 1.0f;
+  }
+  const int diag = row + Tk - Tq;   // causal: the last key the row sees
+  const int keys = (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
+  for (int j = 0; j < keys; ++j) {
+    bool kept;
+    const float s = sdpa_vjp_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
+                                   Mrow + j * ms[3], masked, kept);
+    const float top = s > m ? s : m;
+    l = l * metal::exp(m - top) + metal::exp(s - top);
+    m = top;
+  }
+  const int walked = (kind == 1 && diag < 0) ? 0 : keys;
+  for (int j = 0; j < walked; ++j) {
+    bool kept;
+    const float s = sdpa_vjp_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
+                                   Mrow + j * ms[3], masked, kept);
+    float dp = 0.0f;
+    for (int e = 0; e < SDPA_PER_LANE; ++e) {
+      const int d = int(lane) + 32 * e;
+      if (d < Dv) dp += gr[e] * float(V[j * vs[2] + d * vs[3]]);
+    }
+    dp = simd_sum(dp);
+    const float ds = kept ? metal::exp(s - m) / l * (dp - Drow) : 0.0f;
+    for (int e = 0; e < SDPA_PER_LANE; ++e) {
+      const int d = int(lane) + 32 * e;
+      if (d < D) acc[e] += ds * float(K[j * ks[2] + d * ks[3]]);
+    }
+  }
+  if (wanted >= Tq) return;
+  const int64_t at = (int64_t(b) * Hq + h) * Tq + row;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    if (d < D) dq[at * D + d] = T(acc[e] * scale);
+  }
+  if (lane == 0) {
+    stats[3 * at] = m;
+    stats[3 * at + 1] = l;
+    stats[3 * at + 2] = Drow;
+  }
+}
+
+// dk, dv by key rows: a threadgroup per (batch, kv head, block of up to ROWS key rows), a
+// simdgroup per key row j. It walks the query rows of every query head that reads its kv
+// head (the grouped heads' sum stays in registers: no atomics) and recomputes p from the
+// rows' stats:   dv_j = sum_i p_ij dO_i,   dk_j = scale sum_i ds_ij q_i.
+// Causal: the rows that see key j (from j + Tq - Tk on), and the rows that see no key at
+// all (their p is 1 / Tk everywhere, or 0 beside a sink; ds = 0).
+template <typename T, typename M>
+[[kernel]] void sdpa_vjp_keys(
+    device const T* k [[buffer(0)]], device T* dk [[buffer(1)]], device T* dv [[buffer(2)]],
+    device const T* q [[buffer(3)]], device const T* v [[buffer(4)]],
+    device const M* mask [[buffer(5)]], device const T* g [[buffer(6)]],
+    device const float* stats [[buffer(7)]], constant int* sizes [[buffer(8)]],
+    constant float& scale [[buffer(9)]], constant int64_t* qs [[buffer(10)]],
+    constant int64_t* ks [[buffer(11)]], constant int64_t* vs [[buffer(12)]],
+    constant int64_t* ms [[buffer(13)]], constant int64_t* gs [[buffer(14)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]]) {
+  const float masked = numeric_limits<float>::lowest();
+  const int Hq = sizes[0], G = sizes[1], Tq = sizes[2], Tk = sizes[3], D = sizes[4];
+  const int Dv = sizes[5], kind = sizes[6], Hkv = Hq / G;
+  const int b = int(group.z) / Hkv, hk = int(group.z) % Hkv;
+  const int wanted = int(group.y * threads.y + lid.y);   // the key row
+  const int j = wanted < Tk ? wanted : Tk - 1;
+  device const T* K = k + b * ks[0] + hk * ks[1] + j * ks[2];
+  device const T* V = v + b * vs[0] + hk * vs[1] + j * vs[2];
+  float vr[SDPA_PER_LANE], dka[SDPA_PER_LANE], dva[SDPA_PER_LANE];
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    vr[e] = d < Dv ? float(V[d * vs[3]]) : 0.0f;
+    dka[e] = 0.0f;
+    dva[e] = 0.0f;
+  }
+  // The query rows in two ranges: [0, blind) (causal rows that see no key), [first, Tq).
+  const int blind = kind == 1 ? clamp(Tq - Tk, 0, Tq) : 0;
+  const int first = kind == 1 ? max(j + Tq - Tk, blind) : 0;
+  for (int h = hk * G; h < hk * G + G; ++h) {
+    device const float* st = stats + (int64_t(b) * Hq + h) * Tq * 3;
+    for (int range = 0; range < 2; ++range) {
+      const int lo = range ? first : 0, hi = range ? Tq : blind;
+      for (int i = lo; i < hi; ++i) {
+        device const T* Q = q + b * qs[0] + h * qs[1] + i * qs[2];
+        device const T* dO = g + b * gs[0] + h * gs[1] + i * gs[2];
+        float qr[SDPA_PER_LANE];
+        for (int e = 0; e < SDPA_PER_LANE; ++e) {
+          const int d = int(lane) + 32 * e;
+          qr[e] = d < D ? float(Q[d * qs[3]]) * scale : 0.0f;
+        }
+        bool kept;
+        const float s = sdpa_vjp_score(qr, K, ks[3], D, lane, kind, range == 0,
+                                       mask + b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3],
+                                       masked, kept);
+        const float p = metal::exp(s - st[3 * i]) / st[3 * i + 1];
+        float dp = 0.0f;
+        for (int e = 0; e < SDPA_PER_LANE; ++e) {
+          const int d = int(lane) + 32 * e;
+          if (d < Dv) {
+            const float gv = float(dO[d * gs[3]]);
+            dp += gv * vr[e];
+            dva[e] += p * gv;
+          }
+        }
+        dp = simd_sum(dp);
+        const float ds = kept ? p * (dp - st[3 * i + 2]) : 0.0f;
+        for (int e = 0; e < SDPA_PER_LANE; ++e) dka[e] += ds * qr[e];
+      }
+    }
+  }
+  if (wanted >= Tk) return;
+  const int64_t at = (int64_t(b) * Hkv + hk) * Tk + j;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    if (d < D) dk[at * D + d] = T(dka[e]);
+    if (d < Dv) dv[at * Dv + d] = T(dva[e]);
+  }
+}
+
+// The sinks' cotangents per (batch, query head): a threadgroup per (b, h), its threads over
+// the query rows: -sum_i p_sink_i D_i, p_sink_i = exp(sink - m_i) / l_i. sizes: Hq, Tq, the
+// sinks' batch stride (0: one per head).
+template <typename T>
+[[kernel]] void sdpa_vjp_sinks(
+    device const T* sinks [[buffer(0)]], device float* dsinks [[buffer(1)]],
+    device const float* stats [[buffer(2)]], constant int* sizes [[buffer(3)]],
+    uint3 group [[threadgroup_position_in_grid]], uint3 lid [[thread_position_in_threadgroup]],
+    uint3 threads [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint simd_group [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float partial[32];
+  const int Hq = sizes[0], Tq = sizes[1];
+  const int bh = int(group.y), b = bh / Hq, h = bh % Hq;
+  const float sink = float(sinks[b * sizes[2] + h]);
+  device const float* st = stats + int64_t(bh) * Tq * 3;
+  float sum = 0.0f;
+  for (int i = int(lid.x); i < Tq; i += int(threads.x))
+    sum += metal::exp(sink - st[3 * i]) / st[3 * i + 1] * st[3 * i + 2];
+  sum = threadgroup_reduce<float, Sum<float>>(sum, partial, lane, simd_group,
+                                              (threads.x + 31) / 32);
+  if (lid.x == 0) dsinks[bh] = -sum;
+}
+
 // ---- cross-entropy: softmax's row statistics, then lse - logits[target] -------------------
 // Rows of logits and of the targets broadcast along the class axis: buffers 4-11 from
 // common.row_layout(shape, (last,), logits, targets).
@@ -323,6 +566,9 @@ LIBRARY = Library("fast", _SOURCE.replace("@PER_LANE@", str(MAX_HEAD_DIM // SIMD
     + [instantiate(f"rope_{d.name}", "rope", msl_type(d)) for d in DTYPES]
     + [instantiate(f"sdpa_{d.name}", "sdpa", msl_type(d), msl_type(d)) for d in DTYPES]
     + [instantiate(f"sdpa_boolmask_{d.name}", "sdpa", msl_type(d), "bool") for d in DTYPES]
+    + [instantiate(f"{f}_{tag}{d.name}", f, msl_type(d), msl_type(d) if not tag else "bool")
+       for f in ("sdpa_vjp_rows", "sdpa_vjp_keys") for d in DTYPES for tag in ("", "boolmask_")]
+    + [instantiate(f"sdpa_vjp_sinks_{d.name}", "sdpa_vjp_sinks", msl_type(d)) for d in DTYPES]
     + [instantiate(f"cross_entropy_{d.name}_{i.name}", "cross_entropy", msl_type(d), msl_type(i))
        for d in DTYPES for i in TARGET_DTYPES]))
 
@@ -457,38 +703,102 @@ def rope(primitive, inputs, run):
 
 
 # -- attention -----------------------------------------------------------------------------------
-def attention(primitive, inputs, run):
-    """``ScaledDotProductAttention`` (inputs ``(q, k, v[, mask][, sinks])``) on Metal: the
-    output ``(B, Hq, Tq, Dv)`` of q's dtype."""
-    q, d = _checked("scaled_dot_product_attention", inputs[0])
-    k, v = (_checked("scaled_dot_product_attention", a)[0] for a in inputs[1:3])
-    b, hq, tq, dk = q.shape
+def _attention_operands(kernel: str, primitive, inputs):
+    """Attention's operands as its kernels bind them, from ``inputs = (q, k, v[, mask]
+    [, sinks])``: ``(q, dtype, k, v, mask or None, sinks or None, sizes)``, ``sizes`` the
+    kernels' constant table. A head dimension past :data:`MAX_HEAD_DIM`, or an additive
+    mask not of q's dtype, is :class:`.common.UnsupportedDtype` (the CPU's kernel runs it)."""
+    q, d = _checked(kernel, inputs[0])
+    k, v = (_checked(kernel, a)[0] for a in inputs[1:3])
+    _, hq, tq, dk = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
     if max(dk, dv) > MAX_HEAD_DIM:
-        raise UnsupportedDtype(f"Metal kernel scaled_dot_product_attention has no version for "
-                               f"head dimensions {dk} (queries, keys) and {dv} (values): it "
-                               f"holds at most {MAX_HEAD_DIM} per simdgroup. The CPU's kernel "
-                               f"runs it.")
-    out = empty(run, (b, hq, tq, dv), q.dtype)
-    if out.size == 0:
-        return out
+        raise UnsupportedDtype(f"Metal kernel {kernel} has no version for head dimensions {dk} "
+                               f"(queries, keys) and {dv} (values): it holds at most "
+                               f"{MAX_HEAD_DIM} per simdgroup. The CPU's kernel runs it.")
     extra = list(inputs[3:])
     mask = bindable(extra.pop(0)) if primitive.mask == "array" else None
     sinks = host_array(extra.pop(0), q.dtype) if primitive.sinks else None
-    boolean = mask is not None and mask.dtype == np.bool_
-    if mask is not None and not boolean and mask.dtype != q.dtype:
-        raise unsupported("scaled_dot_product_attention", ldt.from_numpy(mask.dtype), (d,))
+    if mask is not None and mask.dtype != np.bool_ and mask.dtype != q.dtype:
+        raise unsupported(kernel, ldt.from_numpy(mask.dtype), (d,))
     kind = {"none": 0, "causal": 1, "array": 2}[primitive.mask]
     sizes = [hq, hq // hkv, tq, tk, dk, dv, kind, int(sinks is not None),
              hq if sinks is not None and sinks.size > hq else 0]
+    return q, d, k, v, mask, sinks, np.array(sizes, np.int32)
+
+
+def _strides(*arrays) -> list:
+    """The kernels' stride buffers: each array's :func:`_elements` (4 zeros for None)."""
+    return [np.array(_elements(a) if a is not None else [0] * 4, np.int64) for a in arrays]
+
+
+def _variant(kernel: str, mask, d) -> str:
+    """The instantiation of ``kernel`` for dtype ``d`` and the mask's kind."""
+    boolean = mask is not None and mask.dtype == np.bool_
+    return f"{kernel}_{'boolmask_' if boolean else ''}{d.name}"
+
+
+def attention(primitive, inputs, run):
+    """``ScaledDotProductAttention`` (inputs ``(q, k, v[, mask][, sinks])``) on Metal: the
+    output ``(B, Hq, Tq, Dv)`` of q's dtype."""
+    q, d, k, v, mask, sinks, sizes = _attention_operands("scaled_dot_product_attention",
+                                                         primitive, inputs)
+    b, hq, tq, _ = q.shape
+    out = empty(run, (b, hq, tq, v.shape[3]), q.dtype)
+    if out.size == 0:
+        return out
     rows = min(ROWS, tq)
-    run(Dispatch(LIBRARY, f"sdpa_{'boolmask_' if boolean else ''}{d.name}", [
+    run(Dispatch(LIBRARY, _variant("sdpa", mask, d), [
         q, out, k, v, np.zeros(1, q.dtype) if mask is None else mask,
         np.zeros(1, q.dtype) if sinks is None else sinks,
-        np.array(sizes, np.int32), np.array([primitive.scale], np.float32),
-        *(np.array(_elements(a) if a is not None else [0] * 4, np.int64) for a in (q, k, v, mask))],
+        sizes, np.array([primitive.scale], np.float32), *_strides(q, k, v, mask)],
         (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1)))
     return out
+
+
+def attention_vjp(primitive, inputs, run):
+    """``ScaledDotProductAttentionVJP`` (inputs ``(q, k, v[, mask][, sinks], out,
+    cotangent)``) on Metal: ``(dq, dk, dv[, dsinks])``, the first three of q's dtype, the
+    sinks' ``(B, Hq)`` float32 (one per batch: the primitive's rule sums them).
+
+    Three dispatches: the query rows' statistics and ``dq`` (``sdpa_vjp_rows``), ``dk``
+    and ``dv`` by key rows from those statistics (``sdpa_vjp_keys``), the sinks'
+    cotangents (``sdpa_vjp_sinks``)."""
+    kernel = "scaled_dot_product_attention_vjp"
+    q, d, k, v, mask, sinks, sizes = _attention_operands(kernel, primitive, inputs[:-2])
+    o, g = (_checked(kernel, a)[0] for a in inputs[-2:])
+    for a in (k, v, o, g):   # the primitive's rule casts them to q's dtype; else the CPU's
+        if a.dtype != q.dtype:
+            raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
+    b, hq, tq, _ = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    grads = [empty(run, a.shape, q.dtype) for a in (q, k, v)]
+    if sinks is not None:
+        grads.append(empty(run, (b, hq), np.float32))
+    if min(b, hq, tq, tk) == 0:   # no score: every cotangent is 0 (the CPU's)
+        for a in grads:
+            a[...] = 0
+        return tuple(grads)
+    dq, dk, dv = grads[:3]
+    stats = empty(run, (b * hq * tq * 3,), np.float32)   # (m, l, D) per query row
+    scale = np.array([primitive.scale], np.float32)
+    bound_mask = np.zeros(1, q.dtype) if mask is None else mask
+    bound_sinks = np.zeros(1, q.dtype) if sinks is None else sinks
+    rows = min(ROWS, tq)
+    run(Dispatch(LIBRARY, _variant("sdpa_vjp_rows", mask, d), [
+        q, dq, k, v, bound_mask, bound_sinks, o, g, stats, sizes, scale,
+        *_strides(q, k, v, mask, o, g)],
+        (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1), writes=(1, 8)))
+    rows = min(ROWS, tk)
+    run(Dispatch(LIBRARY, _variant("sdpa_vjp_keys", mask, d), [
+        k, dk, dv, q, v, bound_mask, g, stats, sizes, scale, *_strides(q, k, v, mask, g)],
+        (SIMD_WIDTH, -(-tk // rows) * rows, b * hkv), (SIMD_WIDTH, rows, 1), writes=(1, 2)))
+    if sinks is not None:
+        threads = threadgroup_for_rows(tq)
+        run(Dispatch(LIBRARY, f"sdpa_vjp_sinks_{d.name}", [
+            sinks, grads[3], stats, np.array([hq, tq, sizes[8]], np.int32)],
+            (threads, b * hq, 1), (threads, 1, 1)))
+    return tuple(grads)
 
 
 # -- cross-entropy -------------------------------------------------------------------------------
