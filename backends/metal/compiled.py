@@ -16,8 +16,7 @@ cannot take). What is Metal's own, the :class:`_Metal` target:
   (``int``) and ``lx_layout`` (``long``: the collapsed shape, then each input's
   element strides);
 * what Metal cannot compute is refused before anything is rendered: float64 (no
-  double precision on Metal GPUs), complex64 (not rendered to MSL yet) and
-  programs needing more than Metal's 31 buffers (:func:`lazyx.codegen.msl.supports`).
+  double precision on Metal GPUs) and programs needing more than Metal's 31 buffers (:func:`lazyx.codegen.msl.supports`).
   A refused ``Compiled`` node runs unfused, each op on the node's stream; a refused
   single op runs the kernel a plugin registered for it, and where there is none it
   raises a :class:`~lazyx.errors.DtypeError` naming the op, the dtypes and the

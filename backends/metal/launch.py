@@ -30,7 +30,8 @@ MSL_TYPES = {
 }
 
 #: lazyx dtype name -> the MSL type of its elements (``{type}`` in a kernel's name).
-#: float64 and complex64 have none: Metal GPUs have no double precision.
+#: float64 has none (Metal GPUs have no double precision); complex64 has no MSL type (the
+#: generated kernels use lazyx's own ``c64``: lazyx.codegen.msl), so a MetalKernel takes none.
 MSL_TYPE_OF = {"bool": "bool", "int8": "char", "uint8": "uchar", "int16": "short",
                 "uint16": "ushort", "int32": "int", "uint32": "uint", "int64": "long",
                 "uint64": "ulong", "float16": "half", "bfloat16": "bfloat", "float32": "float"}

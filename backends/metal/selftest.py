@@ -376,8 +376,7 @@ CASES += [
 
 # Fourier transforms (kernels/fft.py): a power of two, mixed radix (60 = 4 * 3 * 5), a prime
 # (97: Bluestein), the real transforms (rfft zero-pads 60 to 64 on the GPU: a float32 Pad),
-# 2-D. Complex inputs are complex64 data (a cast to complex64 has no Metal kernel); norm
-# "ortho" keeps the outputs O(1), the scale the per-element tolerance assumes.
+# 2-D. Complex inputs are complex64 data; norm "ortho" keeps the outputs O(1), the scale the per-element tolerance assumes.
 CASES += [
     Case("fft.fft n=64", lambda x: mx.fft.fft(x, norm="ortho"), ("complex64",), ((3, 64),),
          BUILTIN, (-1.0, 1.0), quick=True),

@@ -207,10 +207,8 @@ def test_a_long_transform_on_the_gpu_stream(on_metal):  # noqa: F811
 
 
 def test_gradient_on_the_gpu_stream_matches_the_cpu(on_metal):  # noqa: F811
-    # The transforms run on the FFT stream, everything else on the CPU's: Metal has no
-    # complex64 element-wise kernels yet (a complex product on the GPU stream raises), and
-    # the vjps of rfft and irfft weight their bins by such a product on the node's stream,
-    # so the complex transforms are the ones whose gradient can run on the GPU.
+    # The transforms on the FFT stream, everything else on the CPU's (the whole loss on
+    # the GPU stream, real transforms included: the next test).
     gen = rng(13)
     x = mx.array(gen.standard_normal((6, 20)).astype(np.float32))
     c = mx.array(_complex((6, 20), gen))
@@ -234,3 +232,27 @@ def test_gradient_on_the_gpu_stream_matches_the_cpu(on_metal):  # noqa: F811
     np.testing.assert_allclose(got["gpu"][1], got["cpu"][1], rtol=1e-4,
                                atol=1e-5 * np.abs(got["cpu"][1]).max())
     _no_fft_fallback(on_metal)
+
+
+def test_real_transforms_and_their_gradients_all_on_the_gpu_stream(on_metal):  # noqa: F811
+    # rfft and irfft's vjps weight their bins by complex products on the node's stream:
+    # generated complex64 kernels on Metal, so the whole loss runs on the GPU.
+    gen = rng(14)
+    x = mx.array(gen.standard_normal((4, 30)).astype(np.float32))
+    w = mx.array(gen.standard_normal((4, 16)).astype(np.float32))
+
+    def loss(x):
+        y = mx.fft.rfft(x, axis=1)                       # (4, 16) complex64
+        z = mx.fft.irfft(y * mx.conj(y) + y, n=30, axis=1)
+        return mx.sum(mx.abs(y) * w) + mx.sum(z * z)
+
+    got = {}
+    for name, stream in (("cpu", CPU), ("gpu", GPU)):
+        with mx.stream(stream):
+            value, grad = mx.value_and_grad(loss)(x)
+            mx.eval(value, grad)
+        got[name] = (float(value.item()), np.asarray(grad))
+    assert got["gpu"][0] == pytest.approx(got["cpu"][0], rel=1e-5)
+    np.testing.assert_allclose(got["gpu"][1], got["cpu"][1], rtol=1e-4,
+                               atol=1e-5 * np.abs(got["cpu"][1]).max())
+    assert on_metal["cpu_fallback"] == 0, on_metal["cpu_fallback_by_primitive"]

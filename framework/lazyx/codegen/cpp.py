@@ -733,3 +733,28 @@ MAX_DIMS = 16
 def _indent(lines, level):
     pad = "  " * level
     return [pad + ln for ln in lines]
+
+
+#: complex64's arithmetic where ``c64`` is a struct of two floats (the CUDA and MSL
+#: prologues, each with its own ``LX_FN`` qualifier): NumPy's formulas, the product as
+#: written and Smith's quotient.
+C64_ARITHMETIC = r"""LX_FN c64 operator+(c64 a, c64 b) { return c64(a.re + b.re, a.im + b.im); }
+LX_FN c64 operator-(c64 a, c64 b) { return c64(a.re - b.re, a.im - b.im); }
+LX_FN c64 operator-(c64 a) { return c64(-a.re, -a.im); }
+LX_FN c64 operator*(c64 a, c64 b) {
+  return c64(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
+}
+LX_FN c64 operator/(c64 a, c64 b) {  // NumPy's: Smith's method, x / 0 gives inf or nan parts
+  const float ar = b.re < 0.0f ? -b.re : b.re, ai = b.im < 0.0f ? -b.im : b.im;
+  if (ar >= ai) {
+    if (ar == 0.0f && ai == 0.0f) return c64(a.re / ar, a.im / ar);
+    const float rat = b.im / b.re, scl = 1.0f / (b.re + b.im * rat);
+    return c64((a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl);
+  }
+  const float rat = b.re / b.im, scl = 1.0f / (b.im + b.re * rat);
+  return c64((a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl);
+}
+LX_FN c64 operator/(c64 a, float b) { return c64(a.re / b, a.im / b); }
+LX_FN bool operator==(c64 a, c64 b) { return a.re == b.re && a.im == b.im; }
+LX_FN bool operator!=(c64 a, c64 b) { return !(a == b); }
+"""

@@ -41,7 +41,7 @@ shim header, which is how they are tested on machines without a GPU.
 from __future__ import annotations
 
 from .. import dtypes as dt
-from .cpp import HELPERS, TEMPLATES, Dialect, type_traits, used_inputs
+from .cpp import C64_ARITHMETIC, HELPERS, TEMPLATES, Dialect, type_traits, used_inputs
 from .ir import Program
 
 __all__ = ["render", "vector_width", "COMPUTE_TYPES", "STORAGE_TYPES", "CUDA", "OPTIONS",
@@ -110,26 +110,7 @@ struct c64 {
   __device__ constexpr float real() const { return re; }
   __device__ constexpr float imag() const { return im; }
 };
-LX_FN c64 operator+(c64 a, c64 b) { return c64(a.re + b.re, a.im + b.im); }
-LX_FN c64 operator-(c64 a, c64 b) { return c64(a.re - b.re, a.im - b.im); }
-LX_FN c64 operator-(c64 a) { return c64(-a.re, -a.im); }
-LX_FN c64 operator*(c64 a, c64 b) {
-  return c64(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
-}
-LX_FN c64 operator/(c64 a, c64 b) {  // NumPy's: Smith's method, x / 0 gives inf or nan parts
-  const float ar = b.re < 0.0f ? -b.re : b.re, ai = b.im < 0.0f ? -b.im : b.im;
-  if (ar >= ai) {
-    if (ar == 0.0f && ai == 0.0f) return c64(a.re / ar, a.im / ar);
-    const float rat = b.im / b.re, scl = 1.0f / (b.re + b.im * rat);
-    return c64((a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl);
-  }
-  const float rat = b.re / b.im, scl = 1.0f / (b.im + b.re * rat);
-  return c64((a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl);
-}
-LX_FN c64 operator/(c64 a, float b) { return c64(a.re / b, a.im / b); }
-LX_FN bool operator==(c64 a, c64 b) { return a.re == b.re && a.im == b.im; }
-LX_FN bool operator!=(c64 a, c64 b) { return !(a == b); }
-
+""" + C64_ARITHMETIC + r"""
 // -- the standard library's part: type traits and math, on the device --------------------
 namespace lx_m {
 """ + type_traits([("signed char", "unsigned char"), ("short", "unsigned short"),
