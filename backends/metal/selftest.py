@@ -6,7 +6,7 @@ against the CPU backend on the same inputs.
 The flow:
 
 1. **Enable the backend** (:func:`enable`): on a Mac the real GPU (``LAZYX_METAL=1``
-   is set for this process: the backend is opt-in); with ``--emulate`` lazyx's C++
+   is set for this process, overriding a ``LAZYX_METAL=0``); with ``--emulate`` lazyx's C++
    shim in its place (:func:`lazyx.backends.metal.emulate_on_cpu`), which checks the
    MSL on any machine with a C++ compiler but says nothing about the GPU. Where neither
    is possible the test prints why and exits with status 2.
@@ -216,8 +216,9 @@ _FALLBACK = [
 # is a Transpose node, a CPU-fallback view here: tests/backends/test_metal_products.py.)
 _PRODUCTS = [
     Case("matmul", lambda a, b: mx.matmul(a, b), FLOATS, ((8, 12), (12, 5)), BUILTIN, quick=True),
+    # Non-negative operands: a sum of 40 products with cancellation has no relative bound.
     Case("matmul 33x40 @ 40x17", lambda a, b: mx.matmul(a, b), FLOATS, ((33, 40), (40, 17)),
-         BUILTIN),
+         BUILTIN, (0.0, 1.0)),
     Case("matmul batch broadcast", lambda a, b: mx.matmul(a, b), ("float32",),
          ((2, 1, 5, 9), (3, 9, 4)), BUILTIN),
     Case("matmul vector @ matrix", lambda a, b: mx.matmul(a, b), ("float32",), ((9,), (9, 7)),
@@ -485,10 +486,40 @@ CASES += [
          FLOATS, ((3, 64), (24, 64)), BUILTIN) for mode in ("mxfp4", "nvfp4", "mxfp8")]
 
 
+# Block-masked and segmented products, Hadamard transforms (kernels/matmuls.py): sizes not
+# multiples of the 32 x 32 tile, boolean masks (skipped blocks) and floating ones (scales) on
+# each side, an empty segment, n = 2^k and 12, 20, 28 times one. Inputs in [-1, 1): sums of
+# 70 products stay O(1), the scale the per-element tolerance assumes.
+_OUT_BLOCKS = np.array([[True, False], [False, True]])           # (40 x 33) in blocks of 32
+_LHS_BLOCKS = np.array([[True, False, True], [False, True, True]])   # (40 x 70)
+_RHS_BLOCKS = np.array([[True, True], [False, True], [True, False]])  # (70 x 33)
+CASES += [
+    Case("block_masked_mm bool mask_out",
+         lambda a, b: mx.block_masked_mm(a, b, 32, mask_out=mx.array(_OUT_BLOCKS)), FLOATS,
+         ((40, 70), (70, 33)), BUILTIN, (-1.0, 1.0), quick=True),
+    Case("block_masked_mm bool mask_lhs, mask_rhs",
+         lambda a, b: mx.block_masked_mm(a, b, 32, mask_lhs=mx.array(_LHS_BLOCKS),
+                                         mask_rhs=mx.array(_RHS_BLOCKS)), FLOATS,
+         ((40, 70), (70, 33)), BUILTIN, (-1.0, 1.0)),
+    Case("block_masked_mm float masks (batched)",
+         lambda a, b, mo, ml, mr: mx.block_masked_mm(a, b, 32, mo, ml, mr), FLOATS,
+         ((2, 40, 70), (2, 70, 33), (2, 2, 2), (2, 2, 3), (2, 3, 2)), BUILTIN, (-1.0, 1.0)),
+    Case("block_masked_mm block_size=64 float mask_out",
+         lambda a, b, mo: mx.block_masked_mm(a, b, 64, mask_out=mo), FLOATS,
+         ((70, 40), (40, 65), (2, 2)), BUILTIN, (-1.0, 1.0)),
+    Case("segmented_mm (an empty segment)",
+         lambda a, b: mx.segmented_mm(a, b, mx.array([[0, 10], [10, 10], [4, 70]])), FLOATS,
+         ((20, 70), (70, 33)), BUILTIN, (-1.0, 1.0), quick=True),
+    *(Case(f"hadamard_transform n={label}", lambda x: mx.hadamard_transform(x), FLOATS,
+           ((3, n),), BUILTIN, quick=n == 16)
+      for n, label in ((16, "16"), (48, "12*4"), (40, "20*2"), (28, "28"))),
+]
+
+
 # -- enabling the backend -----------------------------------------------------------------------
 def enable(emulate: bool) -> str | None:
     """Make the Metal backend usable in this process: with ``emulate``, through lazyx's
-    C++ shim; else on this machine's GPU, opting in with ``LAZYX_METAL=1``. Returns None,
+    C++ shim; else on this machine's GPU (``LAZYX_METAL=1`` for this process). Returns None,
     or why the backend cannot run here (in words)."""
     if emulate:
         try:
@@ -496,15 +527,15 @@ def enable(emulate: bool) -> str | None:
         except BackendError as exc:
             return str(exc)
         return None
-    if not metal.is_available():
-        return (f"the Metal GPU is unavailable: {metal.unavailable_reason()} Run with "
-                f"--emulate to check the kernels' MSL through lazyx's C++ shim on the CPU.")
-    # The backend is opt-in on a Mac (most primitives still fall back to the CPU): this
-    # process is the user asking for it.
+    # The backend is on by default on a Mac; LAZYX_METAL=0 in the environment turns it off,
+    # and this process is the user asking for it.
     os.environ["LAZYX_METAL"] = "1"
     backend = registry.backends().get("metal")
     if backend is not None and hasattr(backend, "forget_availability"):
         backend.forget_availability()
+    if not metal.is_available():
+        return (f"the Metal GPU is unavailable: {metal.unavailable_reason()} Run with "
+                f"--emulate to check the kernels' MSL through lazyx's C++ shim on the CPU.")
     return None
 
 

@@ -21,6 +21,8 @@ is built from it (``lazyx.backends.metal``).
 | ``Median``, ``NumberOfElements``, ``AllClose``, ``ArrayEqual`` | reductions | the sort's rows then a thread per row picking the middle value(s); one thread writing the count; an element test folded per threadgroup chunk, then across chunks |
 | ``Fill``, ``Full``, ``FullLike``, ``Arange``, ``Linspace``, ``Eye``, ``Tri``, ``Window`` | creation, shapes | one thread per element: the strided copy (fills), float64 emulated in integers (float ranges: the CPU's values bit for bit), a 2-D band test, the windows as ``sin(pi a)^2`` |
 | ``Matmul``, ``AddMM``, ``GatherMM`` | products | 32 x 32 output tiles in threadgroup memory, K steps of 16, batched and transposed by strides (GatherMM: each batch position's matrices picked by its indices) |
+| ``BlockMaskedMM``, ``SegmentedMM`` | matmuls | the products' tiles: a false boolean block skips its K steps or the whole tile, floating blocks scale the staged operands or the accumulator; a segment's K range per batch position (empty: zeros) |
+| ``Hadamard`` | matmuls | a threadgroup of rows in threadgroup memory (float): register butterflies of up to 4 stages, ``H_m`` by columns, the scale; two passes past 8192 points; the native CPU kernel's numbers bit for bit |
 | ``Softmax``, ``LogSumExp`` | softmax | rows (any axes, strided) |
 | ``Scan`` | scans | rows (any axis, strided; SIMD prefix scans, chunked along long rows) |
 | ``RandomBits`` | random | Threefry-2x32, the CPU's counters (any key batch, any width) |
@@ -58,6 +60,7 @@ from . import conv, quantized
 from . import fft
 from . import custom
 from . import creation
+from . import matmuls
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -101,6 +104,9 @@ KERNELS = {
     _quantized.Quantize: quantized.quantize,
     _custom.CustomKernel: custom.custom_kernel,   # fast.metal_kernel's nodes
     _fft.FFT: fft.fft,   # any length: Stockham in threadgroup memory, Bluestein, four-step
+    _matmuls.BlockMaskedMM: matmuls.block_masked_mm,   # the products' tiles, masked blocks skipped
+    _matmuls.SegmentedMM: matmuls.segmented_mm,
+    _matmuls.Hadamard: matmuls.hadamard,   # butterflies in threadgroup memory
 }
 
 #: Every library of built-in kernels (the Mac self-test compiles each).
@@ -108,3 +114,4 @@ LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY,
              indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY, conv.LIBRARY,
              quantized.LIBRARY, fft.LIBRARY)
 LIBRARIES += (creation.LIBRARY,)
+LIBRARIES += (matmuls.LIBRARY,)

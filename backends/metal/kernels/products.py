@@ -12,7 +12,9 @@ float accumulator; zeros past M, N or K, so any size works), wait at a barrier, 
 each thread adds the block's products into its 2 x 2 register block (rows
 ``ty, ty + 16``, columns ``tx, tx + 16``: neighbouring threads read neighbouring
 columns of ``b``'s block). The epilogue scales by ``alpha``, adds ``beta * c``
-(``addmm`` only) and rounds once to the output dtype.
+(``addmm`` only) and rounds once to the output dtype. The K loop (``tile_product``) and
+its step (``stage_tiles``, ``multiply_tiles``) are :data:`TILES`, MSL that :mod:`.matmuls`
+shares.
 
 Layouts are strides, never copies: each operand is read through ``(rows, columns)``
 strides in elements (a transposed view is its strides swapped), a 1-D ``a`` is a
@@ -40,16 +42,79 @@ from lazyx import dtypes as ldt
 from .common import (empty, PRELUDE, Dispatch, Library, UnsupportedDtype, _collapse, bindable,
                      host_array, instantiate, msl_type, unsupported)
 
-__all__ = ["matmul", "addmm", "gather_mm", "LIBRARY", "DTYPES", "TILE", "THREADS"]
+__all__ = ["DTYPES", "LIBRARY", "THREADS", "TILE", "TILES", "addmm", "gather_mm", "matmul"]
 
 #: Output tile (rows = columns) of one threadgroup, and its threads per side.
 TILE, THREADS = 32, 16
 
-_SOURCE = PRELUDE + r"""
+#: The tile machinery, shared with kernels/matmuls.py (block-masked and segmented products):
+#: the tile constants, one K step's staging and its register-block product, the K loop.
+TILES = r"""
 // Output tile TM x TN per threadgroup of RT x RT threads (each a (TM/RT) x (TN/RT) block),
 // K in steps of TK. Tiles are padded by one column against bank conflicts.
 static constant constexpr const int TM = 32, TN = 32, TK = 16, RT = 16;
 static constant constexpr const int BM = TM / RT, BN = TN / RT;
+
+// Stage K step k0 of the tile at (row0, col0): a TM x TK block of A (rows M, columns K,
+// strides a_row, a_col) times sa and a TK x TN block of B (K x N) times sb, as U into
+// a_tile[TM][TK + 1] and b_tile[TK][TN + 1]; zeros outside the matrices, so the product
+// below needs no bounds. t: the thread's index in the threadgroup.
+template <typename T, typename U>
+inline void stage_tiles(threadgroup U* a_tile, threadgroup U* b_tile, device const T* A,
+                        device const T* B, int64_t a_row, int64_t a_col, int64_t b_row,
+                        int64_t b_col, int M, int N, int K, int row0, int col0, int k0, int t,
+                        U sa, U sb) {
+  for (int e = t; e < TM * TK; e += RT * RT) {
+    int r = e / TK, k = k0 + e % TK, m = row0 + r;
+    a_tile[r * (TK + 1) + e % TK] =
+        (m < M && k < K) ? U(A[int64_t(m) * a_row + int64_t(k) * a_col]) * sa : U(0);
+  }
+  for (int e = t; e < TK * TN; e += RT * RT) {
+    int r = e / TN, k = k0 + r, n = col0 + e % TN;
+    b_tile[r * (TN + 1) + e % TN] =
+        (k < K && n < N) ? U(B[int64_t(k) * b_row + int64_t(n) * b_col]) * sb : U(0);
+  }
+}
+
+// Add the staged blocks' products into the thread's register block acc[BM][BN] (rows
+// ty, ty + RT, columns tx, tx + RT: neighbouring threads read neighbouring columns).
+template <typename U>
+inline void multiply_tiles(threadgroup const U* a_tile, threadgroup const U* b_tile,
+                           thread U* acc, int ty, int tx) {
+  // On a Mac this is where simdgroup matrices go: each of the 8 simdgroups owns an
+  // 8 x 16 strip of the tile as two simdgroup_float8x8 accumulators, simdgroup_load()s
+  // 8 x 8 pieces of a_tile and b_tile per 8 of TK and calls
+  // simdgroup_multiply_accumulate; the epilogue simdgroup_store()s the strip to
+  // threadgroup memory and writes it out as below. The shim cannot emulate them, so the
+  // version checked here is this scalar register block.
+  for (int k = 0; k < TK; ++k) {
+    U x[BM], y[BN];
+    for (int i = 0; i < BM; ++i) x[i] = a_tile[(ty + i * RT) * (TK + 1) + k];
+    for (int j = 0; j < BN; ++j) y[j] = b_tile[k * (TN + 1) + tx + j * RT];
+    for (int i = 0; i < BM; ++i)
+      for (int j = 0; j < BN; ++j) acc[i * BN + j] += x[i] * y[j];
+  }
+}
+
+// acc[BM][BN] = the thread's block of the tile's product over all of K, a K step at a time
+// (ty, tx: the thread's position in the RT x RT threadgroup).
+template <typename T, typename U>
+inline void tile_product(threadgroup U* a_tile, threadgroup U* b_tile, thread U* acc,
+                         device const T* A, device const T* B, int64_t a_row, int64_t a_col,
+                         int64_t b_row, int64_t b_col, int M, int N, int K, int row0, int col0,
+                         int ty, int tx) {
+  for (int i = 0; i < BM * BN; ++i) acc[i] = U(0);
+  for (int k0 = 0; k0 < K; k0 += TK) {
+    stage_tiles(a_tile, b_tile, A, B, a_row, a_col, b_row, b_col, M, N, K, row0, col0, k0,
+                ty * RT + tx, U(1), U(1));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    multiply_tiles(a_tile, b_tile, acc, ty, tx);
+    threadgroup_barrier(mem_flags::mem_threadgroup);   // the tiles are free again
+  }
+}
+"""
+
+_SOURCE = PRELUDE + TILES + r"""
 
 // out[z] = alpha * (a[z] @ b[z]) (+ beta * c[z]) for the batch position z = group.z.
 // a: rows M, columns K; b: rows K, columns N; c: M x N; all through strides (elements).
@@ -68,7 +133,6 @@ template <typename T, typename U, bool add_c, bool gathered>
   threadgroup U a_tile[TM][TK + 1];
   threadgroup U b_tile[TK][TN + 1];
   const int M = mnk[0], N = mnk[1], K = mnk[2];
-  const int t = int(lid.y) * RT + int(lid.x);
   const int row0 = int(group.y) * TM, col0 = int(group.x) * TN;
   // gathered (GatherMM): the batch position's matrices are a[lhs[z]] and b[rhs[z]] of the
   // operands' stacks (batch stride a_batch[0], b_batch[0]); else the broadcast batch.
@@ -77,37 +141,8 @@ template <typename T, typename U, bool add_c, bool gathered>
   device const T* B = b + (gathered ? int64_t(rhs[group.z]) * b_batch[0]
                                     : elem_to_loc(group.z, batch_shape, b_batch, batch_ndim));
   U acc[BM][BN];
-  for (int i = 0; i < BM; ++i)
-    for (int j = 0; j < BN; ++j) acc[i][j] = U(0);
-
-  for (int k0 = 0; k0 < K; k0 += TK) {
-    // Stage the blocks; zeros outside the matrices, so the loop below needs no bounds.
-    for (int e = t; e < TM * TK; e += RT * RT) {
-      int r = e / TK, k = k0 + e % TK, m = row0 + r;
-      a_tile[r][e % TK] = (m < M && k < K)
-          ? U(A[int64_t(m) * a_strides[0] + int64_t(k) * a_strides[1]]) : U(0);
-    }
-    for (int e = t; e < TK * TN; e += RT * RT) {
-      int r = e / TN, k = k0 + r, n = col0 + e % TN;
-      b_tile[r][e % TN] = (k < K && n < N)
-          ? U(B[int64_t(k) * b_strides[0] + int64_t(n) * b_strides[1]]) : U(0);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The inner product. On a Mac this is where simdgroup matrices go: each of the 8
-    // simdgroups owns an 8 x 16 strip of the tile as two simdgroup_float8x8
-    // accumulators, simdgroup_load()s 8 x 8 pieces of a_tile and b_tile per 8 of TK and
-    // calls simdgroup_multiply_accumulate; the epilogue simdgroup_store()s the strip to
-    // threadgroup memory and writes it out as below. The shim cannot emulate them, so
-    // the version checked here is this scalar register block.
-    for (int k = 0; k < TK; ++k) {
-      U x[BM], y[BN];
-      for (int i = 0; i < BM; ++i) x[i] = a_tile[int(lid.y) + i * RT][k];
-      for (int j = 0; j < BN; ++j) y[j] = b_tile[k][int(lid.x) + j * RT];
-      for (int i = 0; i < BM; ++i)
-        for (int j = 0; j < BN; ++j) acc[i][j] += x[i] * y[j];
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);   // the tiles are free again
-  }
+  tile_product(&a_tile[0][0], &b_tile[0][0], &acc[0][0], A, B, a_strides[0], a_strides[1],
+               b_strides[0], b_strides[1], M, N, K, row0, col0, int(lid.y), int(lid.x));
 
   const U alpha = U(scale[0]), beta = U(scale[1]);
   device T* O = out + int64_t(group.z) * int64_t(M) * int64_t(N);
