@@ -11,17 +11,22 @@ Where a node's kernel comes from (:meth:`MetalBackend.find_kernel`, once per
 primitive class), first match wins:
 
 1. a kernel a plugin registered for ``("metal", cls)`` (``lazyx_kernels``);
-2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`: reductions, arg-reductions,
-   matrix products (matmul, addmm), softmax, log-sum-exp, scans, random bits, sorts and partitions, gathers, scatters,
-   and the shape copies: concatenate, pad, slice updates, contiguous copies, and the ``fast``
-   pack's forwards: RMS and layer norms, RoPE, attention, cross-entropy; convolutions; the
-   affine quantized products), its dispatches run by :func:`.runtime.dispatch`;
+2. a **built-in MSL kernel** (:data:`.kernels.KERNELS`, one module per kind: reductions,
+   arg-reductions, matrix products (matmul, addmm, gather_mm, block-masked and segmented
+   products, Hadamard transforms), softmax, log-sum-exp, scans, random bits, sorts,
+   partitions, top-k and searchsorted, gathers, scatters, the shape copies, the creation
+   ops, FFTs, the ``fast`` pack (norms and their backwards, RoPE, attention and its
+   backward, cross-entropy), convolutions, and quantization (quantize, dequantize, the
+   quantized products, every mode)), its dispatches run by :func:`.runtime.dispatch`;
 3. a **generated kernel** (:mod:`.compiled`): ``compile``'s fused ``Compiled`` nodes
    and every element-wise primitive that declares ``to_expression`` run MSL rendered
    from compile's IR (:mod:`lazyx.codegen.msl`), so ``compile`` fuses on Metal
    streams as it does on CUDA;
 4. the primitive's own ``eval_gpu``;
-5. an **explicit CPU fallback**: the active CPU backend's kernel, run on the same
+5. a **view** (:data:`.kernels.shapes.VIEWS`: transpose, slices, broadcasts, ...): the
+   CPU's kernel, which returns a NumPy view of the shared buffer; nothing is computed,
+   copied or waited for (listed as :data:`VIEW`, counted in ``stats["views"]``);
+6. an **explicit CPU fallback**: the active CPU backend's kernel, run on the same
    NumPy buffers (Apple silicon's memory is unified, so nothing is copied). It is
    listed as ``CPU fallback`` by ``lazyx kernels`` and ``lazyx info``, counted in
    :data:`stats` (``cpu_fallback``, and per primitive), and refused with a
@@ -29,11 +34,16 @@ primitive class), first match wins:
    ``LAZYX_METAL_STRICT=1``. A built-in kernel asked for a dtype it has no version
    for (``sum`` of int64) falls back the same way.
 
+Every primitive that MLX runs on its GPU has a Metal kernel here. What falls back is what
+MLX runs on the CPU only: linear algebra (``mx.linalg``: factorizations, solves,
+inverses, and the matrix square root of ``random.multivariate_normal``), where MLX
+raises on a GPU stream and lazyx runs the CPU's kernel on the same memory
+(docs/mlx-differences.md). So on Apple silicon the backend is the ``gpu`` backend by
+default, as MLX's is; ``LAZYX_METAL=0`` turns it off.
+
 float64 has no kernel on Metal (MSL has no double): an op with float64 inputs raises a
 :class:`~lazyx.errors.DtypeError` naming it, generated, built-in or fallback alike, as
-MLX refuses float64 on the GPU. Attention's backward, linear algebra, FFTs and the
-block-masked and segmented products still fall back to the CPU, which is why the backend
-stays opt-in on a Mac (``LAZYX_METAL=1``).
+MLX refuses float64 on the GPU.
 
 :func:`emulate_on_cpu` puts the C++ shim in the GPU's place: the backend is then
 available on any machine with a C++ compiler and runs every Metal kernel (generated,
@@ -204,17 +214,9 @@ class MetalBackend(Backend):
     def _check(self) -> tuple[bool, str]:
         if self._availability is None:
             ok, why = availability()
-            if ok and not runtime.emulating() and read_variable("LAZYX_METAL") != "1":
-                # The fast backward kernels, linalg and FFTs still fall back to the CPU: the backend
-                # (and with it the GPU as default device) is opt-in.
-                ok, why = False, ("the Metal backend runs element-wise ops, compile's fused "
-                                  "kernels, reductions, matmul, softmax, scans, sorts, random "
-                                  "bits, indexing, the fast pack's forwards (norms, RoPE, "
-                                  "attention, cross-entropy), convolutions and plugin-registered "
-                                  "MSL kernels on the GPU, and the rest (the fast backward "
-                                  "kernels, linalg ...) "
-                                  "through an explicit CPU fallback; set LAZYX_METAL=1 to "
-                                  "use it.")
+            if ok and not runtime.emulating() and read_variable("LAZYX_METAL") == "0":
+                ok, why = False, ("LAZYX_METAL=0 turns the Metal backend off; unset it to run "
+                                  "on the GPU.")
             self._availability = (ok, why)
         return self._availability
 
@@ -227,11 +229,11 @@ class MetalBackend(Backend):
     def describe(self) -> str:
         where = "emulated on the CPU through lazyx's C++ shim" if runtime.emulating() else \
             "checked on the CPU through lazyx's C++ shim"
-        return (f"built-in MSL kernels (products, reductions, softmax, scans, sorts, random "
-                f"bits, indexing, copies, fast norms, RoPE, attention, cross-entropy, "
-                f"convolutions), "
-                f"generated element-wise MSL kernels and plugins' "
-                f"MSL kernels, other primitives as CPU fallbacks; {where}")
+        return (f"built-in MSL kernels for every primitive MLX runs on its GPU (products, "
+                f"reductions, softmax, scans, sorts, random bits, indexing, copies, creation, "
+                f"FFTs, the fast pack and its backwards, convolutions, quantization), "
+                f"generated element-wise MSL kernels and plugins' MSL kernels; linear "
+                f"algebra on the CPU (as in MLX), listed as CPU fallbacks; {where}")
 
     def load_kernels(self) -> dict:
         from .kernels import KERNELS  # the built-in kernels' MSL: on first use

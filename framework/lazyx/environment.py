@@ -168,11 +168,10 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "value is a warning (then `0`).",
         ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
-        "LAZYX_METAL", "unset: the Metal backend is off",
-        "`1`: enable the Metal backend on a Mac (element-wise ops, compiled kernels, "
-        "reductions, softmax and plugins' MSL kernels run on the GPU, other primitives "
-        "through an explicit CPU fallback, so it is opt-in); another value is a warning "
-        "(then `0`).",
+        "LAZYX_METAL", "unset: the Metal backend is on where Metal is available (Apple "
+        "silicon), the GPU the default device",
+        "`0`: turn the Metal backend off (everything runs on the CPU backend); `1`: on, as "
+        "when unset; another value is a warning (then `0`).",
         ("backends/metal/__init__.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_METAL_STRICT", "unset: a primitive with no Metal kernel runs the CPU's "

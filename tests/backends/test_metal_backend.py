@@ -470,3 +470,22 @@ def test_without_metal_the_backend_says_why():
     with pytest.raises(BackendError, match=r"Backend 'metal' is not available: .*(macOS|Apple|LAZYX_METAL)"):
         mx.use_backend("gpu", "metal")
 
+
+
+def test_on_by_default_where_metal_is_available_and_off_with_lazyx_metal_0(monkeypatch):
+    # Every primitive MLX runs on its GPU has a kernel here: on Apple silicon the backend is
+    # the gpu backend without opting in; LAZYX_METAL=0 turns it off, saying so.
+    monkeypatch.setattr(metal, "availability", lambda: (True, ""))
+    previous = runtime.set_emulation(False)
+    try:
+        monkeypatch.delenv("LAZYX_METAL", raising=False)
+        metal._BACKEND.forget_availability()
+        assert metal._BACKEND.is_available() and metal._BACKEND.unavailable_reason() == ""
+        monkeypatch.setenv("LAZYX_METAL", "0")
+        metal._BACKEND.forget_availability()
+        assert not metal._BACKEND.is_available()
+        assert "LAZYX_METAL=0" in metal._BACKEND.unavailable_reason()
+    finally:
+        runtime.set_emulation(previous)
+        metal._BACKEND.forget_availability()
+        invalidate_dispatch()
