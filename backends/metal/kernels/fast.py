@@ -239,6 +239,21 @@ static constant constexpr const int SDPA_PER_LANE = @PER_LANE@;   // MAX_HEAD_DI
 inline float masked_score(float s, bool keep, float masked) { return keep ? s : masked; }
 template <typename M> inline float masked_score(float s, M add, float) { return s + float(add); }
 
+// A query row's softmax start and the keys it walks (the forward's and the backward's): the
+// sink is one more logit with no value (m = sink, l = 1), a causal row stops at its diagonal.
+template <typename T>
+inline int sdpa_row_start(thread float& m, thread float& l, device const T* sinks,
+                          constant int* sizes, int b, int h, int row, int diag, int Tk,
+                          int kind) {
+  m = -numeric_limits<float>::infinity();
+  l = 0.0f;
+  if (sizes[7]) {
+    m = float(sinks[b * sizes[8] + h]);
+    l = 1.0f;
+  }
+  return (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
+}
+
 template <typename T, typename M>
 [[kernel]] void sdpa(
     device const T* q [[buffer(0)]], device T* out [[buffer(1)]],
@@ -267,13 +282,9 @@ template <typename T, typename M>
     qr[e] = d < D ? float(Q[d * qs[3]]) * scale : 0.0f;
     acc[e] = 0.0f;
   }
-  float m = -numeric_limits<float>::infinity(), l = 0.0f;
-  if (sizes[7]) {   // the sink: one more logit, no value
-    m = float(sinks[b * sizes[8] + h]);
-    l = 1.0f;
-  }
+  float m, l;
   const int diag = row + Tk - Tq;   // causal: the last key the row sees
-  const int keys = (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
+  const int keys = sdpa_row_start(m, l, sinks, sizes, b, h, row, diag, Tk, kind);
   for (int j = 0; j < keys; ++j) {
     float part = 0.0f;
     for (int e = 0; e < SDPA_PER_LANE; ++e) {
@@ -378,13 +389,9 @@ template <typename T, typename M>
     acc[e] = 0.0f;
   }
   const float Drow = simd_sum(part);
-  float m = -numeric_limits<float>::infinity(), l = 0.0f;
-  if (sizes[7]) {   // the sink: one more logit, no value
-    m = float(sinks[b * sizes[8] + h]);
-    l = 1.0f;
-  }
+  float m, l;
   const int diag = row + Tk - Tq;   // causal: the last key the row sees
-  const int keys = (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
+  const int keys = sdpa_row_start(m, l, sinks, sizes, b, h, row, diag, Tk, kind);
   for (int j = 0; j < keys; ++j) {
     bool kept;
     const float s = sdpa_vjp_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
