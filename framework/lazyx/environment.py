@@ -168,6 +168,13 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "value is a warning (then `0`).",
         ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
+        "OPENBLAS_THREAD_TIMEOUT", "unset: lazyx's CPU backend restarts NumPy's and SciPy's "
+        "OpenBLAS workers (when it sets their subnormal mode) with a spin of 2**20 cycles",
+        "OpenBLAS's own variable, read by OpenBLAS: how long (2**value cycles) an idle worker "
+        "spins before it sleeps. lazyx leaves a value the user set as it is, and sets none "
+        "in the process's environment.",
+        ("backends/cpu/blas_threads.py",)),
+    EnvironmentVariable(
         "LAZYX_METAL", "unset: the Metal backend is on where Metal is available (Apple "
         "silicon), the GPU the default device",
         "`0`: turn the Metal backend off (everything runs on the CPU backend); `1`: on, as "

@@ -177,3 +177,34 @@ def test_pool_helpers_load_the_callers_mode(mode, on):
         native.exit_eval(token)
     for control, _ in seen:
         assert (control & bits == bits) is on
+
+
+_SPIN = """
+import ctypes, json, os, threadpoolctl
+import lazyx.core as mx
+mx.eval(mx.ones((64, 64)) @ mx.ones((64, 64)))   # the backend's kernels load: follow() runs
+out = {}
+for info in threadpoolctl.threadpool_info():
+    if info.get("internal_api") == "openblas" and info.get("threading_layer") == "pthreads":
+        lib = ctypes.CDLL(info["filepath"])
+        out[info["filepath"]] = lib.openblas_thread_timeout()
+print(json.dumps([out, os.environ.get("OPENBLAS_THREAD_TIMEOUT")]))
+"""
+
+
+@pytest.mark.parametrize("given", [None, "7"])
+def test_openblas_workers_spin_shorter_unless_the_user_says(given):
+    import json
+    import os
+    from lazyx.backends.cpu import blas_threads
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if given is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = given
+    got = subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True,
+                         check=True, env=env)
+    timeouts, left = json.loads(got.stdout.strip().splitlines()[-1])
+    if not timeouts:
+        pytest.skip("no pthreads OpenBLAS loaded (an OpenMP build or another BLAS)")
+    want = int(given if given is not None else blas_threads.SPIN)
+    assert set(timeouts.values()) == {want}, timeouts
+    assert left == given   # the process's environment is as it was
