@@ -35,3 +35,19 @@ def run_in_threads(work, n: int) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def emulated_metal_runner():
+    """A fixture body: the Metal backend emulated on the CPU as the active GPU backend,
+    yielding its shim runner (its ``launches`` cleared: the generated kernels run)."""
+    import lazyx.core as mx
+    from lazyx.backends import metal
+    from lazyx.backends.metal import compiled
+    previous = metal.emulate_on_cpu(True)
+    try:
+        with mx.use_backend("gpu", "metal"):
+            runner = compiled.runner()
+            runner.launches.clear()
+            yield runner
+    finally:
+        metal.emulate_on_cpu(previous)

@@ -20,6 +20,7 @@ kernel threads between products.
 from __future__ import annotations
 
 import ctypes
+import os
 
 _done: dict = {}  # library path -> the mode its workers were started in
 _libraries: list | None = None
@@ -74,8 +75,6 @@ def _short_spin(lib) -> None:
     and 33.8. OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` when it loads and when
     ``openblas_read_env`` is called; it is set for that call only (and restored), unless
     the user set it, whose value then stands."""
-    import os  # (a module imported with the backend's kernels)
-
     if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
         return
     read = getattr(lib, "openblas_read_env", None)

@@ -44,7 +44,8 @@ import numpy as np
 from lazyx import backend as _backend
 from lazyx import scheduler as _scheduler
 from lazyx.environment import read_variable
-from lazyx.transforms.compile import _OWN, CompiledCall, _count
+from lazyx.transforms.compile import CompiledCall
+from lazyx.transforms.compile import _donors as _compile_donors
 
 from . import gemm as _gemm
 from . import runtime as _rt
@@ -237,24 +238,24 @@ def _capture(prim, inputs, tables):
                   table[:n_in + len(outs) + len(checks)])
 
 
-def _donors(prim, inputs, nd) -> dict:
+def _donors(prim, inputs) -> dict:
     """``{(shape, dtype): [(input position, buffer), ...]}``: the call's inputs whose
-    buffers may receive its outputs: those the compiled entry lists as donor candidates
-    (an optimizer's update reads a parameter and its moments once and last) whose array is
-    held by the node's input tuple alone and whose buffer by that array and the
-    scheduler's input list alone (the CPU's test: ``lazyx.transforms.compile._donors``),
-    contiguous and owning its memory. Nothing else can read such a buffer again."""
-    ins = prim._ins
+    buffers may receive its outputs: the compiled entry's donor candidates (an optimizer's
+    update reads a parameter and its moments once and last) that pass the CPU plan's test
+    (``lazyx.transforms.compile._donors``: held by the node alone) as contiguous CuPy
+    buffers owning their memory. Nothing else can read such a buffer again."""
     found: dict = {}
+    ins = prim._ins
     if ins is None or _scheduler.retain_graph.depth:
         return found
-    for k in prim.entry.donor_positions:
-        x = ins[k]
+    for k in _compile_donors(ins, inputs, prim.entry.donor_positions, _owns_cupy):
         buf = inputs[k]
-        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and type(buf) is nd \
-                and buf.base is None and buf.flags.c_contiguous:
-            found.setdefault((buf.shape, buf.dtype), []).append((k, buf))
+        found.setdefault((buf.shape, buf.dtype), []).append((k, buf))
     return found
+
+
+def _owns_cupy(buf) -> bool:
+    return type(buf) is _rt.cp.ndarray and buf.base is None and buf.flags.c_contiguous
 
 
 def _launch(g: _Graph, inputs, donors=None):
@@ -367,8 +368,7 @@ def compiled_call_kernel(prim, inputs):
     if g is _NO or g.tables is not tables:
         return prim.eval_gpu(inputs)
     stats["replays"] += 1
-    donors = _donors(prim, inputs, _rt.cp.ndarray) if prim._ins is not None else None
-    return _launch(g, inputs, donors)
+    return _launch(g, inputs, _donors(prim, inputs))
 
 
 KERNELS = {CompiledCall: compiled_call_kernel}

@@ -16,9 +16,11 @@ The flow:
    latter through the public API (``lazyx.core``, ``stream=mx.gpu``) as users run it.
    The kinds: generated element-wise kernels over the fusible primitives and dtypes
    (contiguous and broadcast layouts), ``compile``'s fused kernels, the built-in MSL
-   kernels (reductions, arg-reductions, softmax, log-sum-exp, products, scans, random
-   bits, sorts, indexing, the ``fast`` forwards, convolutions, quantized products) over
-   a few shapes and axes, and primitives that run the explicit CPU fallback.
+   kernels (reductions, arg-reductions, softmax, log-sum-exp, products and the masked,
+   segmented and Hadamard ones, scans, random bits, sorts, indexing, creation, the
+   ``fast`` pack and its backwards, convolutions, quantization in every mode, FFTs)
+   over a few shapes and axes, and a primitive that runs the explicit CPU fallback
+   (linear algebra).
 3. **Say which path ran** from the backend's counters, read before and after the GPU
    call: ``lazyx.backends.metal.compiled.stats`` (generated launches) and
    ``lazyx.backends.metal.stats`` (built-in dispatches, CPU fallbacks). Where a counter

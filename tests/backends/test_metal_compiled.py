@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import lazyx.core as mx
-from helpers import assert_close, random_array, rng
+from helpers import assert_close, emulated_metal_runner, random_array, rng
 from lazyx.backends import metal
 from lazyx.codegen import jit
 from lazyx.errors import (BackendError, DtypeError, KernelCompileError, KernelNotFoundError,
@@ -29,15 +29,7 @@ f32 = mx.float32
 @pytest.fixture
 def on_metal():
     """The Metal backend, emulated on the CPU, as the active GPU backend; its shim runner."""
-    from lazyx.backends.metal import compiled
-    previous = metal.emulate_on_cpu(True)
-    try:
-        with mx.use_backend("gpu", "metal"):
-            runner = compiled.runner()
-            runner.launches.clear()
-            yield runner
-    finally:
-        metal.emulate_on_cpu(previous)
+    yield from emulated_metal_runner()
 
 
 def _stats():

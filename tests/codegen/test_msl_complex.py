@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lazyx.backends import metal
+from helpers import emulated_metal_runner
 from lazyx.backends.metal import compiled as metal_compiled
 from lazyx.backends.metal import msl_cpu
 from lazyx.backends.metal.compiled import ShimRunner
@@ -307,14 +307,7 @@ def test_casts_to_and_from_complex64(dtype):
 @pytest.fixture
 def on_metal():
     """The Metal backend, emulated on the CPU, as the active GPU backend; its shim runner."""
-    previous = metal.emulate_on_cpu(True)
-    try:
-        with mx.use_backend("gpu", "metal"):
-            runner = metal_compiled.runner()
-            runner.launches.clear()
-            yield runner
-    finally:
-        metal.emulate_on_cpu(previous)
+    yield from emulated_metal_runner()
 
 
 def _close(got, want, msg):

@@ -57,10 +57,7 @@ from . import products, reductions, softmax
 from . import random, scans, sorting
 from . import fast, indexing, shapes
 from . import conv, quantized
-from . import fft
-from . import custom
-from . import creation
-from . import matmuls
+from . import creation, custom, fft, matmuls
 from .common import Dispatch, Library, UnsupportedDtype, run_on_cpu
 
 __all__ = ["KERNELS", "LIBRARIES", "Dispatch", "Library", "UnsupportedDtype", "run_on_cpu"]
@@ -112,6 +109,4 @@ KERNELS = {
 #: Every library of built-in kernels (the Mac self-test compiles each).
 LIBRARIES = (reductions.LIBRARY, softmax.LIBRARY, scans.LIBRARY, random.LIBRARY, sorting.LIBRARY,
              indexing.LIBRARY, shapes.LIBRARY, products.LIBRARY, fast.LIBRARY, conv.LIBRARY,
-             quantized.LIBRARY, fft.LIBRARY)
-LIBRARIES += (creation.LIBRARY,)
-LIBRARIES += (matmuls.LIBRARY,)
+             quantized.LIBRARY, fft.LIBRARY, creation.LIBRARY, matmuls.LIBRARY)

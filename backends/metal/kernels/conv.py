@@ -52,26 +52,18 @@ import numpy as np
 
 from lazyx import dtypes as ldt
 
-from .common import (empty, Dispatch, Library, bindable, host_array, instantiate, msl_type,
-                     unsupported)
+from .common import (empty, PRELUDE, Dispatch, Library, bindable, host_array, instantiate,
+                     msl_type, unsupported)
+from .products import THREADS, TILE, TILES, _tiles
 
 __all__ = ["DTYPES", "LIBRARY", "THREADS", "TILE", "convolution"]
-
-#: Output tile (pixels = channels) of one threadgroup, and its threads per side.
-TILE, THREADS = 32, 16
 
 #: Spatial axes every convolution is padded to (an absent one is a size-1 axis).
 AXES = 3
 
-_SOURCE = r"""
-#include <metal_stdlib>
-using namespace metal;
-
-// Output tile TM (pixels) x TN (channels) per threadgroup of RT x RT threads, each a
-// (TM/RT) x (TN/RT) register block; K (taps x channels) in steps of TK. Tiles are padded
-// by one column against bank conflicts.
-static constant constexpr const int TM = 32, TN = 32, TK = 16, RT = 16;
-static constant constexpr const int BM = TM / RT, BN = TN / RT;
+# The tile constants (TM pixels x TN channels, K = taps x channels in steps of TK) and the
+# register-block product are products.TILES's (TILE, THREADS: its sizes on the host).
+_SOURCE = PRELUDE + TILES + r"""
 // Staging: thread t copies A's rows t / TK + i * A_STEP (i < A_ROWS) at column t % TK,
 // and B's rows t / TN + j * B_STEP (j < B_ROWS) at column t % TN.
 static constant constexpr const int A_STEP = RT * RT / TK, A_ROWS = TM / A_STEP;
@@ -169,14 +161,7 @@ template <typename T, typename U>
       b_tile[r][b_col] = v;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // The inner product (products.py's; on a Mac the place for simdgroup matrices).
-    for (int k = 0; k < TK; ++k) {
-      U a[BM], b[BN];
-      for (int i = 0; i < BM; ++i) a[i] = a_tile[int(lid.y) + i * RT][k];
-      for (int j = 0; j < BN; ++j) b[j] = b_tile[k][int(lid.x) + j * RT];
-      for (int i = 0; i < BM; ++i)
-        for (int j = 0; j < BN; ++j) acc[i][j] += a[i] * b[j];
-    }
+    multiply_tiles(&a_tile[0][0], &b_tile[0][0], &acc[0][0], int(lid.y), int(lid.x));
     threadgroup_barrier(mem_flags::mem_threadgroup);   // the tiles are free again
   }
 
@@ -230,9 +215,8 @@ def convolution(primitive, inputs, run):
                      p.padding_lo[i], p.kernel_dilation[i], p.input_dilation[i], 0]
         else:
             geom += [1, 1, 1, 1, 0, 1, 1, 0]
-    tiles = (math.ceil(og / TILE), math.ceil(m / TILE))
     run(Dispatch(LIBRARY, f"conv_{d.name}", [
         x, out, w, np.array(geom, np.int32), np.array(_strides(x), np.int64),
         np.array(_strides(w), np.int64)],
-        (tiles[0] * THREADS, tiles[1] * THREADS, groups), (THREADS, THREADS, 1)))
+        _tiles(m, og, groups), (THREADS, THREADS, 1)))
     return out

@@ -70,7 +70,8 @@ from .common import (
     msl_type,
     unsupported,
 )
-from .shapes import copy_into, storage
+# DTYPES: the creation kernels have versions for every dtype Metal has, as the copy has.
+from .shapes import DTYPES, copy_into, storage
 
 __all__ = [
     "DTYPES",
@@ -212,8 +213,12 @@ inline long f64_trunc(ulong a) {
 // The double a as T: rounded once (floats), truncated (integers), nonzero (bool).
 template <typename T> inline T from_f64(ulong a) { return T(f64_trunc(a)); }
 template <> inline bool from_f64<bool>(ulong a) { return (a << 1) != 0; }
-template <> inline float from_f64<float>(ulong a) { return as_type<float>(uint(f64_round_to(a, 24, 8))); }
-template <> inline half from_f64<half>(ulong a) { return as_type<half>(ushort(f64_round_to(a, 11, 5))); }
+template <> inline float from_f64<float>(ulong a) {
+  return as_type<float>(uint(f64_round_to(a, 24, 8)));
+}
+template <> inline half from_f64<half>(ulong a) {
+  return as_type<half>(ushort(f64_round_to(a, 11, 5)));
+}
 template <> inline bfloat from_f64<bfloat>(ulong a) {
   return as_type<bfloat>(ushort(f64_round_to(a, 8, 8)));
 }
@@ -270,12 +275,7 @@ template <int kind>
 }
 """
 
-#: The dtypes the creation kernels have versions for (all that Metal has).
-DTYPES = tuple(ldt.to_dtype(n) for n in ("bool", "int8", "uint8", "int16", "uint16", "int32",
-                                         "uint32", "int64", "uint64", "float16", "bfloat16",
-                                         "float32"))
 _INTEGERS = tuple(d for d in DTYPES if d.kind in "iu")
-_FLOATS = (ldt.float16, ldt.bfloat16, ldt.float32)
 #: Window kind -> the kernel's template argument.
 WINDOWS = {"bartlett": 0, "blackman": 1, "hamming": 2, "hanning": 3}
 
@@ -300,15 +300,15 @@ def f64_bits(value: float) -> int:
     return int(np.array(value, np.float64).view(np.uint64))
 
 
-def _dtype(primitive, kernel: str, supported=DTYPES):
-    """The output dtype, after refusing float64 (no Metal type) and any ``supported`` lacks."""
+def _dtype(primitive, kernel: str):
+    """The output dtype, after refusing float64 (no Metal type) and any :data:`DTYPES` lacks."""
     d = primitive.dtype
     if d is ldt.float64:
         raise DtypeError(f"{type(primitive).__name__} cannot run on the Metal GPU with float64 "
                          f"outputs (Metal has no double precision). Run it on the CPU "
                          f"(stream=mx.cpu), or ask for float32.")
-    if d not in supported:
-        raise unsupported(kernel, d, supported)
+    if d not in DTYPES:
+        raise unsupported(kernel, d, DTYPES)
     return d
 
 
@@ -332,26 +332,25 @@ def fill(primitive, inputs, run):
     return out
 
 
-def full(primitive, inputs, run):
-    """``Full``: the input broadcast to ``shape`` (the input itself when already of it)."""
-    v = inputs[0]
-    storage("full", v)
-    if v.shape == tuple(primitive.shape):
+def _broadcast(run, kernel: str, v, shape) -> np.ndarray:
+    """``v`` broadcast to ``shape`` by one strided copy (``v`` itself when already of it)."""
+    storage(kernel, v)
+    if v.shape == tuple(shape):
         return v
-    out = empty(run, primitive.shape, v.dtype)
+    out = empty(run, shape, v.dtype)
     copy_into(run, out, v)
     return out
+
+
+def full(primitive, inputs, run):
+    """``Full``: the input broadcast to ``shape`` (the input itself when already of it)."""
+    return _broadcast(run, "full", inputs[0], primitive.shape)
 
 
 def full_like(primitive, inputs, run):
     """``FullLike``: the values (second input) broadcast to the first input's shape."""
     a, v = inputs
-    storage("full_like", v)
-    if v.shape == a.shape:
-        return v
-    out = empty(run, a.shape, v.dtype)
-    copy_into(run, out, v)
-    return out
+    return _broadcast(run, "full_like", v, a.shape)
 
 
 def arange(primitive, inputs, run):

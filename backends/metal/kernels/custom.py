@@ -3,9 +3,9 @@
 
 The node carries the whole generated source (``lazyx.plugins.custom_kernels.metal_source``:
 MLX's signature, one ``[[buffer(n)]]`` per input, used helper and output, the template
-instantiated under the node's ``kernel_name``). One :class:`~.common.Library` per source
-(compiled once, cached), and one :class:`~.common.Dispatch` per call, bound in the
-signature's order:
+instantiated under the node's ``kernel_name``). A :class:`~.common.Library` of that source
+(compiled once: the GPU runtime and the shim cache what they build by source) and one
+:class:`~.common.Dispatch` per call, bound in the signature's order:
 
 * each input: a 0-d input as ``constant T&`` (a one-element array), any other as
   ``device const T*`` — made C-contiguous first when the kernel asked for
@@ -32,18 +32,11 @@ from .common import Dispatch, Library, bindable, empty, host_array
 
 __all__ = ["custom_kernel"]
 
-#: ``(kernel name, source) -> Library``: a source is compiled once.
-_LIBRARIES: dict = {}
-
 
 def _library(p) -> Library:
-    key = (p.kernel_name, p.source)
-    lib = _LIBRARIES.get(key)
-    if lib is None:
-        if len(_LIBRARIES) >= 256:  # many generated kernels: the oldest goes
-            _LIBRARIES.pop(next(iter(_LIBRARIES)))
-        lib = _LIBRARIES[key] = Library(f"fast.metal_kernel {p.kernel_name}", p.source)
-        lib.label = f"the custom Metal kernel {p.kernel_name!r} (fast.metal_kernel)"
+    """``p``'s source as a library (a light wrapper: the runtimes cache the build by source)."""
+    lib = Library(f"fast.metal_kernel {p.kernel_name}", p.source)
+    lib.label = f"the custom Metal kernel {p.kernel_name!r} (fast.metal_kernel)"
     return lib
 
 
@@ -54,10 +47,10 @@ def custom_kernel(p, inputs, run):
             f"The custom {p.backend} kernel {p.kernel_name!r} cannot run on the Metal backend: "
             f"it runs only on the {p.backend} backend; lazyx does not fall back.")
     buffers = []
-    for x, (shape, strides, ndim) in zip(inputs, p.shape_infos):
+    for x, (shape, strides, ndim) in zip(inputs, p.shape_infos, strict=True):
         x = np.asarray(x)
         if x.ndim == 0:
-            buffers.append(bindable(x.reshape(1)))
+            buffers.append(x.reshape(1))
             continue
         # A copy (after the queued work writing x) only where the layout needs one.
         x = host_array(x) if p.ensure_row_contiguous and not x.flags.c_contiguous else \
@@ -70,7 +63,7 @@ def custom_kernel(p, inputs, run):
         if ndim:
             buffers.append(np.array([x.ndim], np.int32))
     outs = []
-    for shape, d in zip(p.shapes, p.dtypes):
+    for shape, d in zip(p.shapes, p.dtypes, strict=True):
         o = empty(run, tuple(shape), d.np)
         if p.init_value is not None:
             o[...] = p.init_value

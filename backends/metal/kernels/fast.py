@@ -2,10 +2,10 @@
 ``RoPE``, ``ScaledDotProductAttention`` and ``CrossEntropy``, and the fused backwards
 ``RMSNormVJP``, ``LayerNormVJP`` and ``ScaledDotProductAttentionVJP``.
 
-One MSL library (with :mod:`.softmax`'s row statistics, which cross-entropy reuses), one template per kernel instantiated per dtype from
-:data:`DTYPES` (and, for cross-entropy, per target dtype from :data:`TARGET_DTYPES`);
-no text per dtype. Every kernel computes in float and rounds once to the output
-dtype, with the numerics of the CPU reference kernels
+One MSL library (with :mod:`.softmax`'s row statistics, which cross-entropy reuses), one
+template per kernel instantiated per dtype from :data:`DTYPES` (and, for cross-entropy,
+per target dtype from :data:`TARGET_DTYPES`); no text per dtype. Every kernel computes in
+float and rounds once to the output dtype, with the numerics of the CPU reference kernels
 (``backends/cpu/kernels/fast.py``):
 
 * **norms** (``norm_<dtype>``, one template for both): a threadgroup per row of the
@@ -254,6 +254,34 @@ inline int sdpa_row_start(thread float& m, thread float& l, device const T* sink
   return (kind == 1 && diag >= 0 && diag + 1 < Tk) ? diag + 1 : Tk;
 }
 
+// The score of a query row (qr: its scaled query, this lane's share) against key row K,
+// masked (`past`: the key lies past a causal row's diagonal); `kept`: the mask left it a
+// function of q and k (the backward's ds). The forward and both backward kernels compute
+// it alike, so p agrees.
+inline bool score_kept(bool keep) { return keep; }
+template <typename M> inline bool score_kept(M) { return true; }
+
+template <typename T, typename M>
+inline float sdpa_score(thread const float* qr, device const T* K, int64_t stride, int D,
+                        uint lane, int kind, bool past, device const M* mval, float masked,
+                        thread bool& kept) {
+  float part = 0.0f;
+  for (int e = 0; e < SDPA_PER_LANE; ++e) {
+    const int d = int(lane) + 32 * e;
+    if (d < D) part += qr[e] * float(K[d * stride]);
+  }
+  float s = simd_sum(part);
+  kept = true;
+  if (kind == 1 && past) {
+    s = masked;
+    kept = false;
+  } else if (kind == 2) {
+    kept = score_kept(*mval);
+    s = masked_score(s, *mval, masked);
+  }
+  return s;
+}
+
 template <typename T, typename M>
 [[kernel]] void sdpa(
     device const T* q [[buffer(0)]], device T* out [[buffer(1)]],
@@ -286,17 +314,9 @@ template <typename T, typename M>
   const int diag = row + Tk - Tq;   // causal: the last key the row sees
   const int keys = sdpa_row_start(m, l, sinks, sizes, b, h, row, diag, Tk, kind);
   for (int j = 0; j < keys; ++j) {
-    float part = 0.0f;
-    for (int e = 0; e < SDPA_PER_LANE; ++e) {
-      const int d = int(lane) + 32 * e;
-      if (d < D) part += qr[e] * float(K[j * ks[2] + d * ks[3]]);
-    }
-    float s = simd_sum(part);
-    if (kind == 1 && j > diag) {
-      s = masked;
-    } else if (kind == 2) {
-      s = masked_score(s, Mrow[j * ms[3]], masked);
-    }
+    bool kept;   // (the backward's)
+    const float s = sdpa_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
+                               Mrow + j * ms[3], masked, kept);
     const float top = s > m ? s : m;
     const float factor = metal::exp(m - top), p = metal::exp(s - top);
     l = l * factor + p;
@@ -320,33 +340,8 @@ template <typename T, typename M>
 // (b, h, i) in C order, (m, l, D): the row's softmax max and sum (the sink included) and
 // D = dO . O, the forward's output as given (the CPU's rowsum(dO * out)).
 // A causal mask or a boolean mask's False holds a score constant: no gradient flows through
-// it (ds = 0, as the CPU's `keep`); an additive mask moves the score but passes gradients.
-inline bool score_kept(bool keep) { return keep; }
-template <typename M> inline bool score_kept(M) { return true; }
-
-// The score of a query row (qr: its scaled query, this lane's share) against key row K,
-// masked as sdpa masks it (`past`: the key lies past a causal row's diagonal); `kept`: the
-// mask left it a function of q and k. Both kernels compute it alike, so p agrees.
-template <typename T, typename M>
-inline float sdpa_vjp_score(thread const float* qr, device const T* K, int64_t stride, int D,
-                            uint lane, int kind, bool past, device const M* mval, float masked,
-                            thread bool& kept) {
-  float part = 0.0f;
-  for (int e = 0; e < SDPA_PER_LANE; ++e) {
-    const int d = int(lane) + 32 * e;
-    if (d < D) part += qr[e] * float(K[d * stride]);
-  }
-  float s = simd_sum(part);
-  kept = true;
-  if (kind == 1 && past) {
-    s = masked;
-    kept = false;
-  } else if (kind == 2) {
-    kept = score_kept(*mval);
-    s = masked_score(s, *mval, masked);
-  }
-  return s;
-}
+// it (ds = 0, as the CPU's `keep`, sdpa_score's `kept`); an additive mask moves the score
+// but passes gradients.
 
 // dq by query rows: a threadgroup per (batch, query head, block of up to ROWS rows), a
 // simdgroup per row, its lanes splitting the head dimension, as sdpa. Two walks over the
@@ -394,8 +389,8 @@ template <typename T, typename M>
   const int keys = sdpa_row_start(m, l, sinks, sizes, b, h, row, diag, Tk, kind);
   for (int j = 0; j < keys; ++j) {
     bool kept;
-    const float s = sdpa_vjp_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
-                                   Mrow + j * ms[3], masked, kept);
+    const float s = sdpa_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
+                               Mrow + j * ms[3], masked, kept);
     const float top = s > m ? s : m;
     l = l * metal::exp(m - top) + metal::exp(s - top);
     m = top;
@@ -403,8 +398,8 @@ template <typename T, typename M>
   const int walked = (kind == 1 && diag < 0) ? 0 : keys;
   for (int j = 0; j < walked; ++j) {
     bool kept;
-    const float s = sdpa_vjp_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
-                                   Mrow + j * ms[3], masked, kept);
+    const float s = sdpa_score(qr, K + j * ks[2], ks[3], D, lane, kind, j > diag,
+                               Mrow + j * ms[3], masked, kept);
     float dp = 0.0f;
     for (int e = 0; e < SDPA_PER_LANE; ++e) {
       const int d = int(lane) + 32 * e;
@@ -478,9 +473,9 @@ template <typename T, typename M>
           qr[e] = d < D ? float(Q[d * qs[3]]) * scale : 0.0f;
         }
         bool kept;
-        const float s = sdpa_vjp_score(qr, K, ks[3], D, lane, kind, range == 0,
-                                       mask + b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3],
-                                       masked, kept);
+        const float s = sdpa_score(qr, K, ks[3], D, lane, kind, range == 0,
+                                   mask + b * ms[0] + h * ms[1] + i * ms[2] + j * ms[3],
+                                   masked, kept);
         const float p = metal::exp(s - st[3 * i]) / st[3 * i + 1];
         float dp = 0.0f;
         for (int e = 0; e < SDPA_PER_LANE; ++e) {
@@ -571,10 +566,9 @@ LIBRARY = Library("fast", _SOURCE.replace("@PER_LANE@", str(MAX_HEAD_DIM // SIMD
     + [instantiate(f"norm_vjp_columns_{d.name}", "norm_vjp_columns", msl_type(d))
        for d in DTYPES]
     + [instantiate(f"rope_{d.name}", "rope", msl_type(d)) for d in DTYPES]
-    + [instantiate(f"sdpa_{d.name}", "sdpa", msl_type(d), msl_type(d)) for d in DTYPES]
-    + [instantiate(f"sdpa_boolmask_{d.name}", "sdpa", msl_type(d), "bool") for d in DTYPES]
     + [instantiate(f"{f}_{tag}{d.name}", f, msl_type(d), msl_type(d) if not tag else "bool")
-       for f in ("sdpa_vjp_rows", "sdpa_vjp_keys") for d in DTYPES for tag in ("", "boolmask_")]
+       for f in ("sdpa", "sdpa_vjp_rows", "sdpa_vjp_keys") for d in DTYPES
+       for tag in ("", "boolmask_")]
     + [instantiate(f"sdpa_vjp_sinks_{d.name}", "sdpa_vjp_sinks", msl_type(d)) for d in DTYPES]
     + [instantiate(f"cross_entropy_{d.name}_{i.name}", "cross_entropy", msl_type(d), msl_type(i))
        for d in DTYPES for i in TARGET_DTYPES]))
@@ -590,7 +584,7 @@ def _checked(kernel: str, x, dtypes=DTYPES):
 
 def _elements(a: np.ndarray) -> list:
     """``a``'s strides in elements, 0 along a dimension of size 1 (it broadcasts)."""
-    return [0 if n == 1 else s // a.itemsize for n, s in zip(a.shape, a.strides)]
+    return [0 if n == 1 else s // a.itemsize for n, s in zip(a.shape, a.strides, strict=True)]
 
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -739,6 +733,13 @@ def _strides(*arrays) -> list:
     return [np.array(_elements(a) if a is not None else [0] * 4, np.int64) for a in arrays]
 
 
+def _simdgroup_rows(rows: int, count: int) -> tuple:
+    """``(grid, threadgroup)`` of the attention kernels: a simdgroup per row, blocks of up
+    to :data:`ROWS` of the ``rows`` rows (the last block padded), ``count`` of them."""
+    block = min(ROWS, rows)
+    return (SIMD_WIDTH, -(-rows // block) * block, count), (SIMD_WIDTH, block, 1)
+
+
 def _variant(kernel: str, mask, d) -> str:
     """The instantiation of ``kernel`` for dtype ``d`` and the mask's kind."""
     boolean = mask is not None and mask.dtype == np.bool_
@@ -754,12 +755,11 @@ def attention(primitive, inputs, run):
     out = empty(run, (b, hq, tq, v.shape[3]), q.dtype)
     if out.size == 0:
         return out
-    rows = min(ROWS, tq)
     run(Dispatch(LIBRARY, _variant("sdpa", mask, d), [
         q, out, k, v, np.zeros(1, q.dtype) if mask is None else mask,
         np.zeros(1, q.dtype) if sinks is None else sinks,
         sizes, np.array([primitive.scale], np.float32), *_strides(q, k, v, mask)],
-        (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1)))
+        *_simdgroup_rows(tq, b * hq)))
     return out
 
 
@@ -791,15 +791,13 @@ def attention_vjp(primitive, inputs, run):
     scale = np.array([primitive.scale], np.float32)
     bound_mask = np.zeros(1, q.dtype) if mask is None else mask
     bound_sinks = np.zeros(1, q.dtype) if sinks is None else sinks
-    rows = min(ROWS, tq)
+    qs, ks, vs, ms, os, gs = _strides(q, k, v, mask, o, g)
     run(Dispatch(LIBRARY, _variant("sdpa_vjp_rows", mask, d), [
         q, dq, k, v, bound_mask, bound_sinks, o, g, stats, sizes, scale,
-        *_strides(q, k, v, mask, o, g)],
-        (SIMD_WIDTH, -(-tq // rows) * rows, b * hq), (SIMD_WIDTH, rows, 1), writes=(1, 8)))
-    rows = min(ROWS, tk)
+        qs, ks, vs, ms, os, gs], *_simdgroup_rows(tq, b * hq), writes=(1, 8)))
     run(Dispatch(LIBRARY, _variant("sdpa_vjp_keys", mask, d), [
-        k, dk, dv, q, v, bound_mask, g, stats, sizes, scale, *_strides(q, k, v, mask, g)],
-        (SIMD_WIDTH, -(-tk // rows) * rows, b * hkv), (SIMD_WIDTH, rows, 1), writes=(1, 2)))
+        k, dk, dv, q, v, bound_mask, g, stats, sizes, scale, qs, ks, vs, ms, gs],
+        *_simdgroup_rows(tk, b * hkv), writes=(1, 2)))
     if sinks is not None:
         threads = threadgroup_for_rows(tq)
         run(Dispatch(LIBRARY, f"sdpa_vjp_sinks_{d.name}", [

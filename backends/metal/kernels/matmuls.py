@@ -90,7 +90,7 @@ from .common import (
     msl_type,
     unsupported,
 )
-from .products import THREADS, TILE, TILES, _strides
+from .products import THREADS, TILE, TILES, _strides, _tiles
 
 __all__ = ["DTYPES", "LIBRARY", "MASK_KINDS", "MAX_POINTS", "block_masked_mm", "hadamard",
            "segmented_mm"]
@@ -307,11 +307,6 @@ def _dtype_of(kernel: str, x) -> ldt.Dtype:
     if d not in DTYPES:
         raise unsupported(kernel, d, DTYPES)
     return d
-
-
-def _tiles(M: int, N: int, count: int) -> tuple:
-    """The products' grid: a threadgroup of THREADS x THREADS per TILE x TILE output tile."""
-    return (math.ceil(N / TILE) * THREADS, math.ceil(M / TILE) * THREADS, count)
 
 
 def block_masked_mm(primitive, inputs, run):

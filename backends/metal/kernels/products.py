@@ -14,7 +14,7 @@ each thread adds the block's products into its 2 x 2 register block (rows
 columns of ``b``'s block). The epilogue scales by ``alpha``, adds ``beta * c``
 (``addmm`` only) and rounds once to the output dtype. The K loop (``tile_product``) and
 its step (``stage_tiles``, ``multiply_tiles``) are :data:`TILES`, MSL that :mod:`.matmuls`
-shares.
+shares (and :mod:`.conv`, its ``multiply_tiles``).
 
 Layouts are strides, never copies: each operand is read through ``(rows, columns)``
 strides in elements (a transposed view is its strides swapped), a 1-D ``a`` is a
@@ -47,7 +47,8 @@ __all__ = ["DTYPES", "LIBRARY", "THREADS", "TILE", "TILES", "addmm", "gather_mm"
 #: Output tile (rows = columns) of one threadgroup, and its threads per side.
 TILE, THREADS = 32, 16
 
-#: The tile machinery, shared with kernels/matmuls.py (block-masked and segmented products):
+#: The tile machinery, shared with kernels/matmuls.py (block-masked and segmented products)
+#: and kernels/conv.py (its own staging, this register-block product):
 #: the tile constants, one K step's staging and its register-block product, the K loop.
 TILES = r"""
 // Output tile TM x TN per threadgroup of RT x RT threads (each a (TM/RT) x (TN/RT) block),
@@ -176,7 +177,7 @@ _NO_INDEX = np.zeros(1, np.int32)
 def _strides(x: np.ndarray, ndim: int) -> list:
     """``x``'s strides in elements, right-aligned to ``ndim`` dimensions: 0 along a missing
     or size-1 dimension (where it broadcasts)."""
-    st = [0 if n == 1 else s // x.itemsize for n, s in zip(x.shape, x.strides)]
+    st = [0 if n == 1 else s // x.itemsize for n, s in zip(x.shape, x.strides, strict=True)]
     return [0] * (ndim - x.ndim) + st
 
 
@@ -189,6 +190,12 @@ def _operand(x: np.ndarray, batch_ndim: int, vector_at: int) -> tuple:
         return [0] * batch_ndim, st
     st = _strides(x, batch_ndim + 2)
     return st[:-2], st[-2:]
+
+
+def _tiles(M: int, N: int, count: int) -> tuple:
+    """The products' grid: a threadgroup of THREADS x THREADS per TILE x TILE output tile
+    of each of ``count`` M x N outputs."""
+    return (math.ceil(N / TILE) * THREADS, math.ceil(M / TILE) * THREADS, count)
 
 
 def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
@@ -223,7 +230,6 @@ def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
     if K == 0:   # nothing to read from a and b: a stand-in each, as for c
         a = b = np.zeros(1, a.dtype)
     dims, (a_batch, b_batch, c_batch) = _collapse(batch, a_batch, b_batch, c_batch)
-    tiles = (math.ceil(N / TILE), math.ceil(M / TILE))
     run(Dispatch(LIBRARY, f"{kernel}_{d.name}", [
         a, out, b, c, np.array([M, N, K], np.int32),
         np.array(a_mat, np.int64), np.array(b_mat, np.int64), np.array(c_mat, np.int64),
@@ -231,7 +237,7 @@ def _product(op: str, shape: tuple, a, b, c, alpha: float, beta: float, run):
         np.array(b_batch or [0], np.int64), np.array(c_batch or [0], np.int64),
         np.array([len(dims)], np.int32), np.array([alpha, beta], np.float32),
         _NO_INDEX, _NO_INDEX],
-        (tiles[0] * THREADS, tiles[1] * THREADS, math.prod(batch)), (THREADS, THREADS, 1)))
+        _tiles(M, N, math.prod(batch)), (THREADS, THREADS, 1)))
     return out
 
 
@@ -266,8 +272,6 @@ def gather_mm(primitive, inputs, run):
                                "CPU's kernel writes the zeros.")
     a3, b3 = _stack(a), _stack(b)
     a_mat, b_mat = _strides(a3, 3), _strides(b3, 3)
-    tiles = (math.ceil(N / TILE), math.ceil(M / TILE))
-    count = lhs.size
     run(Dispatch(LIBRARY, f"gather_mm_{d.name}", [
         a3, out, b3, np.zeros(1, a.dtype), np.array([M, N, K], np.int32),
         np.array(a_mat[1:], np.int64), np.array(b_mat[1:], np.int64), np.zeros(2, np.int64),
@@ -275,7 +279,7 @@ def gather_mm(primitive, inputs, run):
         np.array([b3.strides[0] // b3.itemsize], np.int64), np.zeros(1, np.int64),
         np.array([1], np.int32), np.array([1.0, 0.0], np.float32),
         lhs.reshape(-1), rhs.reshape(-1)],
-        (tiles[0] * THREADS, tiles[1] * THREADS, count), (THREADS, THREADS, 1)))
+        _tiles(M, N, lhs.size), (THREADS, THREADS, 1)))
     return out
 
 

@@ -60,7 +60,6 @@ from .common import (
     Dispatch,
     Library,
     UnsupportedDtype,
-    _collapse,
     bindable,
     empty,
     instantiate,
@@ -69,8 +68,8 @@ from .common import (
     threadgroup_for_rows,
     unsupported,
 )
-from .creation import DTYPES as ALL_DTYPES
 from .creation import SOFT_DOUBLE, f64_bits
+from .shapes import DTYPES as ALL_DTYPES
 from .shapes import contiguous_copy
 
 __all__ = [
@@ -362,6 +361,16 @@ def _count(n: int) -> np.ndarray:
     return np.array([n], np.uint32)
 
 
+def _fold_rows(kernel: str, x, axes, out, run):
+    """Dispatch row kernel ``kernel`` (``reduce_rows_*``, ``arg_reduce_*``): a threadgroup
+    per row of ``x`` over ``axes``, each writing its row's value into ``out``."""
+    rows, size, layout = row_layout(x.shape, axes, x)
+    threads = threadgroup_for_rows(size)
+    run(Dispatch(LIBRARY, kernel, [x, out, _count(size), *layout],
+                 (threads, rows, 1), (threads, 1, 1)))
+    return out
+
+
 def reduce(primitive, inputs, run):
     """``Reduce`` (sum prod max min all any over ``axes``) on Metal: the output array."""
     x = bindable(inputs[0])
@@ -380,11 +389,7 @@ def reduce(primitive, inputs, run):
                      [x, out, _count(n_reduce), _count(n_columns)],
                      (-(-n_columns // 32) * 32, _COLUMN_SLICES, 1), (32, _COLUMN_SLICES, 1)))
         return out
-    rows, size, layout = row_layout(x.shape, axes, x)
-    threads = threadgroup_for_rows(size)
-    run(Dispatch(LIBRARY, f"reduce_rows_{name}", [x, out, _count(size), *layout],
-                 (threads, rows, 1), (threads, 1, 1)))
-    return out
+    return _fold_rows(f"reduce_rows_{name}", x, axes, out, run)
 
 
 def arg_reduce(primitive, inputs, run):
@@ -397,11 +402,7 @@ def arg_reduce(primitive, inputs, run):
     if out.size == 0:
         return out
     axes = tuple(range(x.ndim)) if primitive.axis is None else (primitive.axis,)
-    rows, size, layout = row_layout(x.shape, axes, x)
-    threads = threadgroup_for_rows(size)
-    run(Dispatch(LIBRARY, f"arg_reduce_{primitive.op}_{d.name}", [x, out, _count(size), *layout],
-                 (threads, rows, 1), (threads, 1, 1)))
-    return out
+    return _fold_rows(f"arg_reduce_{primitive.op}_{d.name}", x, axes, out, run)
 
 
 # -- Median, NumberOfElements, AllClose, ArrayEqual ---------------------------------------------
@@ -476,22 +477,17 @@ def _all_pairs(kernel: str, a, b, run, tolerances=(0.0, 0.0)):
     out = empty(run, (), np.bool_)
     a = bindable(np.broadcast_to(a, shape)) if n else np.zeros(1, a.dtype)
     b = bindable(np.broadcast_to(b, shape)) if n else np.zeros(1, b.dtype)
-    dims, (sa, sb) = _collapse(shape if n else (1,), [s // a.itemsize for s in a.strides],
-                               [s // b.itemsize for s in b.strides])
+    # the positions as one reduced part: collapsed shape, a's and b's strides, ndim
+    positions = row_layout(a.shape, tuple(range(a.ndim)), a, b)[2][:4]
     groups = max(1, -(-n // _CHUNK))
     partial = out if groups == 1 else empty(run, (groups,), np.bool_)
     run(Dispatch(LIBRARY, f"all_{kernel}",
                  [a, partial, b, np.array([n, _CHUNK], np.uint32),
                   np.array(tolerances, a.dtype), np.array([f64_bits(t) for t in tolerances],
-                                                          np.uint64),
-                  np.array(dims or [1], np.int32), np.array(sa or [0], np.int64),
-                  np.array(sb or [0], np.int64), np.array([len(dims)], np.int32)],
+                                                          np.uint64), *positions],
                  (groups * _GROUP, 1, 1), (_GROUP, 1, 1)))
     if groups > 1:   # one bool per threadgroup: folded by the reduction's own row kernel
-        _, size, layout = row_layout(partial.shape, (0,), partial)
-        threads = threadgroup_for_rows(size)
-        run(Dispatch(LIBRARY, "reduce_rows_all_bool", [partial, out, _count(size), *layout],
-                     (threads, 1, 1), (threads, 1, 1)))
+        _fold_rows("reduce_rows_all_bool", partial, (0,), out, run)
     return out
 
 

@@ -457,17 +457,22 @@ def _donor_candidates(tape: Tape) -> dict:
     return out
 
 
-def _donors(ins, inputs, positions) -> tuple:
+def _owns_numpy(buf) -> bool:
+    """A NumPy buffer that owns its memory and may be written."""
+    return type(buf) is _ndarray and buf.base is None and buf.flags.writeable
+
+
+def _donors(ins, inputs, positions, owns=_owns_numpy) -> tuple:
     """The positions among ``positions`` of the node inputs that may donate their
     buffer: the array ``ins[k]`` is held by the node's input tuple alone (once), and
-    its buffer ``inputs[k]`` by that array and the scheduler's list alone, owns its
-    memory and is writeable."""
+    its buffer ``inputs[k]`` by that array and the scheduler's list alone, and ``owns``
+    it (a buffer of the backend's kind that owns its memory; a device backend passes its
+    own test: ``backends/cuda/graphs.py``)."""
     out = ()
     for k in positions:
         x = ins[k]
         buf = inputs[k]
-        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and type(buf) is _ndarray \
-                and buf.base is None and buf.flags.writeable:
+        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and owns(buf):
             out += (k,)
     return out
 
