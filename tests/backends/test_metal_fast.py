@@ -258,6 +258,12 @@ def test_dtypes_and_head_dims_without_a_kernel_are_refused():
     q = np.ones((1, 1, 2, 300), np.float32)
     with pytest.raises(UnsupportedDtype, match="head dimensions 300 .* at most 256"):
         fast.attention(fp.ScaledDotProductAttention(S, 1.0, "none", False), [q, q, q], run)
+    # k or v of another dtype than q (a node built by hand: the op casts them) is refused,
+    # never read as q's type.
+    q = np.ones((1, 1, 2, 8), np.float32)
+    for k, v in ((q.astype(np.float16), q), (q, q.astype(np.float16))):
+        with pytest.raises(UnsupportedDtype, match="no version for dtype float16"):
+            fast.attention(fp.ScaledDotProductAttention(S, 1.0, "none", False), [q, k, v], run)
 
 
 def test_the_table_and_the_library():

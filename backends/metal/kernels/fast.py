@@ -707,10 +707,14 @@ def rope(primitive, inputs, run):
 def _attention_operands(kernel: str, primitive, inputs):
     """Attention's operands as its kernels bind them, from ``inputs = (q, k, v[, mask]
     [, sinks])``: ``(q, dtype, k, v, mask or None, sinks or None, sizes)``, ``sizes`` the
-    kernels' constant table. A head dimension past :data:`MAX_HEAD_DIM`, or an additive
-    mask not of q's dtype, is :class:`.common.UnsupportedDtype` (the CPU's kernel runs it)."""
+    kernels' constant table. k or v not of q's dtype, a head dimension past
+    :data:`MAX_HEAD_DIM`, or an additive mask not of q's dtype, is
+    :class:`.common.UnsupportedDtype` (the CPU's kernel runs it)."""
     q, d = _checked(kernel, inputs[0])
     k, v = (_checked(kernel, a)[0] for a in inputs[1:3])
+    for a in (k, v):   # one element type for the three (the op casts them): else the CPU's
+        if a.dtype != q.dtype:
+            raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
     _, hq, tq, dk = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[3]
     if max(dk, dv) > MAX_HEAD_DIM:
@@ -774,7 +778,7 @@ def attention_vjp(primitive, inputs, run):
     kernel = "scaled_dot_product_attention_vjp"
     q, d, k, v, mask, sinks, sizes = _attention_operands(kernel, primitive, inputs[:-2])
     o, g = (_checked(kernel, a)[0] for a in inputs[-2:])
-    for a in (k, v, o, g):   # the primitive's rule casts them to q's dtype; else the CPU's
+    for a in (o, g):   # the primitive's rule casts them to q's dtype; else the CPU's
         if a.dtype != q.dtype:
             raise unsupported(kernel, ldt.from_numpy(a.dtype), (d,))
     b, hq, tq, _ = q.shape
