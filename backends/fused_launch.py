@@ -49,7 +49,8 @@ from lazyx.transforms.fusion import interpret
 from .cpu.compiled import cached_layout, cached_program, compile_failed, contiguous_layout, \
     op_program, runs_contiguous
 
-__all__ = ["Plan", "Target", "cached_kernel", "plan_for", "run_program", "compiled_kernel", "eager_kernel"]
+__all__ = ["Plan", "Target", "cached_kernel", "plan_for", "run_program", "compiled_kernel",
+           "compiled_launch_plan", "eager_kernel"]
 
 
 class Plan:
@@ -105,6 +106,12 @@ class Target:
         """``(device layout, nd, kernel name)`` of the strided kernel for the collapsed loop
         ``dims`` and the inputs' element ``strides`` along it."""
         raise NotImplementedError
+
+    def launch_plan(self, plan: Plan, inputs):
+        """What a native launcher needs to run ``plan``'s kernel on ``inputs``' shapes
+        itself (see ``backends/cuda/native/launch.cpp``); None where it cannot (the
+        Python kernel runs those calls), False where this call cannot."""
+        return None
 
     def no_kernel(self, cls, inputs, reason) -> LazyxError:
         """The error of a single op that has neither a generated kernel nor a fallback;
@@ -202,6 +209,14 @@ def _compile_failed(target: Target, program, exc) -> None:
     compile_failed(target.broken, program, exc, target.kernel_kind, target.instead)
 
 
+def compiled_launch_plan(target: Target, prim, inputs):
+    """The native launch plan (:meth:`Target.launch_plan`) of a ``Compiled`` node's call."""
+    program = prim.program
+    if program in target.broken:
+        return None
+    return target.launch_plan(plan_for(target, program, inputs), inputs)
+
+
 def compiled_kernel(target: Target, prim, inputs):
     """Run a ``Compiled`` node's program as one generated kernel on ``target``; where it
     cannot (refused, or its kernel did not compile) the program runs unfused, each op
@@ -216,6 +231,20 @@ def compiled_kernel(target: Target, prim, inputs):
         if out is not None:
             return out
     return interpret(program, list(inputs), prim.stream)
+
+
+def _checked_plan(target: Target, program, prim, inputs) -> Plan:
+    """A single op's plan, checked against the primitive's own shape rule at its first
+    call at these shapes (unrunnable where the rule and the broadcast disagree)."""
+    p = plan_for(target, program, inputs)
+    if not p.checked:
+        p.checked = True
+        if not p.unrunnable:
+            try:
+                p.unrunnable = tuple(prim.output_shapes(inputs)[0]) != p.shape
+            except Exception:
+                p.unrunnable = True
+    return p
 
 
 def eager_kernel(target: Target, cls, fallback):
@@ -234,14 +263,7 @@ def eager_kernel(target: Target, cls, fallback):
         if entry is not None and entry in target.broken:
             reason = "its generated kernel did not compile (warned when it first failed)"
         elif entry is not None:
-            p = plan_for(target, entry, inputs)
-            if not p.checked:  # first call at these shapes: the primitive's own shape rule
-                p.checked = True
-                if not p.unrunnable:
-                    try:
-                        p.unrunnable = tuple(prim.output_shapes(inputs)[0]) != p.shape
-                    except Exception:
-                        p.unrunnable = True
+            p = _checked_plan(target, entry, prim, inputs)
             if not p.unrunnable:
                 try:
                     return run_program(target, entry, inputs, target.runner(), p)
@@ -254,7 +276,17 @@ def eager_kernel(target: Target, cls, fallback):
             raise target.no_kernel(cls, inputs, reason)
         return fallback(prim, inputs)
 
+    def launch_plan(prim, inputs):
+        # The plan of this call's contiguous launch for a native launcher, or None.
+        entry = cached_program(programs, prim, inputs, with_params, program_of)
+        if entry is None or entry in target.broken:
+            return None
+        return target.launch_plan(_checked_plan(target, entry, prim, inputs), inputs)
+
     kernel.generated = True
     kernel.fallback = fallback
+    # A parameterised primitive's program depends on its parameters, which a launcher's
+    # key (class, dtypes, shapes) does not see: only the others get one.
+    kernel.launch_plan = None if with_params else launch_plan
     kernel.__name__ = f"{target.backend}_elementwise_{cls.name}"
     return kernel

@@ -11,6 +11,9 @@ own time.
 The floor under an eager op: ``--op micro`` times CuPy's allocation, a launch of an
 empty kernel through CuPy and through the driver API, and PyTorch's tiny op.
 
+Host time per primitive: ``--op mlp`` times each kernel call of gpu_training.py's MLP
+step (eager) on the host, then profiles whole steps.
+
 GPU time per primitive: ``--op lm`` runs gpu_training.py's transformer LM step eagerly
 with a CUDA event pair around every kernel the ``cuda`` backend runs and prints the
 primitives by total GPU time (the queue stays full, so consecutive events time the
@@ -166,14 +169,81 @@ def lm_kernels(steps: int = 5):
               f"top shapes {top[0]} {top[1] / steps:.3f} ms")
 
 
+def mlp_host(steps: int = 50):
+    """Host time per primitive of gpu_training.py's MLP step (eager): each kernel call
+    timed on the host (the GPU runs behind), then a profile of whole steps."""
+    import collections
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import gpu_training as G
+    from lazyx.backends import cuda as lcuda
+
+    run, sync = G.lazyx_mlp(False)
+    for _ in range(5):
+        run()
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        run()
+    sync()
+    wall = (time.perf_counter() - t) / steps
+    backend = lcuda._BACKEND
+    total = collections.Counter()
+    count = collections.Counter()
+    prepare = backend.prepare_kernel
+    clock = time.perf_counter
+
+    def timed(fn):
+        inner = prepare(fn)
+
+        def kernel(prim, inputs):
+            t0 = clock()
+            out = inner(prim, inputs)
+            total[type(prim).__name__] += clock() - t0
+            count[type(prim).__name__] += 1
+            return out
+        return kernel
+    backend.prepare_kernel = timed
+    from lazyx import backend as core_backend
+    core_backend.invalidate_dispatch()  # the kernel tables are made again, timed
+    run()
+    sync()
+    total.clear()
+    count.clear()
+    t = time.perf_counter()
+    for _ in range(steps):
+        run()
+    sync()
+    timed_wall = (time.perf_counter() - t) / steps
+    kernels = sum(total.values()) / steps
+    print(f"MLP step (eager): {wall * 1e6:.0f} us per step; with kernel timers {timed_wall * 1e6:.0f} "
+          f"us, of which {kernels * 1e6:.0f} us in {sum(count.values()) // steps} kernel calls")
+    for name, s in total.most_common(30):
+        print(f"  {name:24s} {s / steps * 1e6:8.1f} us/step {count[name] // steps:4d} calls "
+              f"{s / count[name] * 1e6:7.2f} us/call")
+    backend.prepare_kernel = prepare
+    core_backend.invalidate_dispatch()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(steps):
+        run()
+    sync()
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(35)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--op", choices=["tiny", "conv", "qmm", "attention", "micro", "lm"], default="tiny")
+    ap.add_argument("--op", choices=["tiny", "conv", "qmm", "attention", "micro", "lm", "mlp"],
+                    default="tiny")
     args = ap.parse_args()
     if args.op == "micro":
         return micro()
     if args.op == "lm":
         return lm_kernels()
+    if args.op == "mlp":
+        return mlp_host()
     make, calls = {"tiny": _tiny, "conv": _conv, "qmm": _qmm, "attention": _attention}[args.op]()
 
     def loop():

@@ -492,10 +492,26 @@ class GatherAxis(Primitive):
         a, idx = primals
         g = cotangents[0]
         ax = self.axis
-        spread = g._shape[:ax] + (a._shape[ax],) + g._shape[ax + 1:]
-        key = _along_key(idx, ax, g._shape, self.stream)
-        ga = mx.zeros(spread, a._dtype, stream=self.stream).at[key].add(g)
-        return [None if i else sum_to_shape(ga, a._shape, self.stream) for i in argnums]
+        s = self.stream
+        n = a._shape[ax]
+        if idx._shape[ax] == 1:
+            # One index per row (a cross entropy's target): no position repeats, so the
+            # gradient is a select, g where the row's index is, 0 elsewhere (a scatter's
+            # result, for a handful of element-wise ops instead of a scatter).
+            nd = len(g._shape)
+            pos = mx.reshape(mx.arange(n, dtype=dt.int32 if n < 2**31 else dt.int64, stream=s),
+                             (1,) * ax + (n,) + (1,) * (nd - ax - 1), stream=s)
+            if idx._dtype.kind == "i":
+                wide = idx if idx._dtype.size >= 4 else mx.astype(idx, dt.int32, stream=s)
+                idx = mx.where(mx.less(wide, 0, stream=s), mx.add(wide, n, stream=s), wide,
+                               stream=s)
+            ga = mx.where(mx.equal(pos, idx, stream=s), g, mx.zeros((), g._dtype, stream=s),
+                          stream=s)
+        else:
+            spread = g._shape[:ax] + (n,) + g._shape[ax + 1:]
+            key = _along_key(idx, ax, g._shape, s)
+            ga = mx.zeros(spread, a._dtype, stream=s).at[key].add(g)
+        return [None if i else sum_to_shape(ga, a._shape, s) for i in argnums]
 
     def jvp(self, primals, tangents, argnums):
         _no_index_gradient(self, argnums, 1, "JVP")

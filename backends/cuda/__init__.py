@@ -15,7 +15,10 @@ Buffers are ``cupy.ndarray``. The kernel of a primitive comes, in order, from
 Element-wise primitives that declare ``to_expression`` (the codegen IR that
 ``compile`` fuses) run kernels generated from their expression instead, and
 ``compile``'s fused ``Compiled`` nodes run one generated kernel each: CUDA C++
-rendered by :mod:`lazyx.codegen.cuda`, compiled by NVRTC (:mod:`.compiled`).
+rendered by :mod:`lazyx.codegen.cuda`, compiled by NVRTC (:mod:`.compiled`). Their
+common case (CuPy inputs, contiguous) is launched from C++ through the driver, with the
+output written into a dead input's buffer where the scheduler offers one
+(``backends/cuda/native/launch.cpp``).
 
 Plugins add kernels for their own primitives from CUDA C++ source with
 :class:`CudaKernel` (compiled by NVRTC through CuPy, cached per process and on
@@ -180,6 +183,10 @@ class CudaBackend(Backend):
             return _through_cupy(cls.eval_cpu, cls)
         return None
 
+    def upload(self, x):
+        """The device copy of host buffer ``x`` (cached while it lives; scalars by value)."""
+        return self._uploads.get(x) if type(x) is np.ndarray else _to_device(x)
+
     def prepare_kernel(self, fn):
         cp = cupy_module()
         nd = cp.ndarray
@@ -191,7 +198,9 @@ class CudaBackend(Backend):
                     inputs[i] = upload(x) if type(x) is np.ndarray else _to_device(x)
             return fn(prim, inputs)
         kernel.__wrapped__ = fn
-        return kernel
+        # Generated element-wise kernels launch from C++ in the common case (.compiled).
+        from . import compiled  # loaded with the kernels (_load): a dictionary lookup
+        return compiled.native_kernel(kernel, fn, self.upload)
 
     # -- buffers ----------------------------------------------------------------------
     def is_buffer(self, obj) -> bool:

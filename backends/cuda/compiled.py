@@ -37,19 +37,28 @@ import numpy as np
 
 from lazyx.codegen import cuda
 from lazyx.environment import read_variable
+from lazyx.errors import BackendError, KernelCompileError
 
 from .. import fused_launch
+from ..cpu.compiled import cached_layout, runs_contiguous
 from .runtime import CudaKernel, cupy_module, launch_config
 
-__all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "run_program", "stats",
-           "ELEMENTWISE"]
+__all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "native_kernel", "run_program",
+           "stats", "ELEMENTWISE", "NATIVE", "LaunchError"]
+
+
+class LaunchError(BackendError):
+    """A launch the CUDA driver refused (the native launcher's error: names the op)."""
 
 #: Whether single element-wise ops run generated kernels (``LAZYX_CUDA_ELEMENTWISE=0``: no).
 ELEMENTWISE = read_variable("LAZYX_CUDA_ELEMENTWISE") != "0"  # (checked: 0 or 1)
 
 #: Counters for tests and diagnostics: kernels compiled, launches of each kernel, and
 #: single-op calls that ran the CuPy kernel instead.
-stats = {"compiled": 0, "contiguous": 0, "strided": 0, "materialised": 0, "fallbacks": 0}
+#: ``native``: launches from the native launcher (counted in ``contiguous`` too); ``donated``:
+#: outputs it wrote into a donated input.
+stats = {"compiled": 0, "contiguous": 0, "strided": 0, "materialised": 0, "fallbacks": 0,
+         "native": 0, "donated": 0}
 
 _INT32 = 1 << 31
 
@@ -110,6 +119,33 @@ class _Cuda(fused_launch.Target):
         p.launch = launch_config(-(-p.size // p.kernel.width))
         p.strided_launch = launch_config(p.size)
 
+    def launch_plan(self, p, inputs):
+        # The native launcher's plan (fused_launch.Target.launch_plan): lx_contiguous, or a
+        # strided kernel on the layout of C-contiguous inputs broadcast to the output.
+        if p.unrunnable or not p.size or runner_is_fake():
+            return None
+        strided = None
+        if runs_contiguous(p.contiguous, inputs):
+            name = "lx_contiguous"
+        else:  # the launcher's key holds the strides: the layout is the key's
+            layout = cached_layout(p, inputs, lambda dims, strides: self.strided(
+                p, dims, strides, _gpu()))
+            if layout is None:
+                return None  # the Python kernel's contiguous copies
+            dev, nd, name = layout
+            strided = (int(nd), dev)
+        try:
+            fn = p.kernel.function(name)
+        except KernelCompileError:
+            return None  # the Python kernel warns and runs the fallback
+        fn = getattr(fn, "kernel", fn)  # a RawKernel's loaded function (cupy.cuda.Function)
+        scalar = sum(1 << k for k, s in enumerate(p.scalar) if s)
+        full = sum(1 << k for k, x in enumerate(inputs)
+                   if x.shape == p.shape and x.flags.c_contiguous)
+        config = p.launch if strided is None else p.strided_launch
+        return (int(fn.ptr), config[0][0], config[1][0], p.size, scalar, full, p.shape,
+                tuple(p.dtypes), strided)
+
     def strided(self, p, dims, strides, runner):
         # 32-bit index arithmetic when the count and every input's furthest offset fit.
         wide = p.size >= _INT32 or any(
@@ -165,6 +201,60 @@ _broken: set = set()
 def compiled_kernel(prim, inputs):
     """Run a ``Compiled`` node's program as one generated kernel (see the module docstring)."""
     return fused_launch.compiled_kernel(_CUDA, prim, inputs)
+
+
+def runner_is_fake() -> bool:
+    """Whether a test replaced the GPU runner (``cuda_cpu``): then nothing launches natively."""
+    return _runner is not None and type(_runner) is not _CupyRunner
+
+
+# -- the native launcher ------------------------------------------------------------------
+#: Whether eager element-wise ops and ``Compiled`` nodes launch from C++ (``native_kernel``;
+#: ``LAZYX_CUDA_NATIVE=0``: the Python path, as before).
+NATIVE = read_variable("LAZYX_CUDA_NATIVE") != "0"  # (checked: 0 or 1)
+_native = None  # the module once set up; False where it cannot be
+
+
+def _native_module():
+    global _native
+    if _native is None:
+        _native = False
+        try:
+            from . import _native as mod  # the C++ launcher: only once CUDA is in use
+            cp = cupy_module()
+            mod.setup(cp.ndarray, cp.cuda.get_current_stream, LaunchError)
+            _native = mod
+        except (ImportError, OSError) as exc:
+            from lazyx import log  # the cold path only
+            log.logger.debug(f"cuda: no native launcher ({type(exc).__name__}: {exc}); eager "
+                      f"element-wise ops launch through CuPy")
+    return _native or None
+
+
+def native_kernel(kernel, raw, upload):
+    """``kernel`` (the backend's prepared kernel of ``raw``) with its common case launched
+    from C++ where ``raw`` is a generated element-wise kernel or :func:`compiled_kernel`:
+    a ``_native.Launcher`` in front of ``kernel`` (see ``backends/cuda/native/launch.cpp``);
+    else ``kernel`` itself. ``upload(host array)``: its device copy (the backend's cache)."""
+    if not NATIVE:
+        return kernel
+    if raw is compiled_kernel:
+        def planner(prim, inputs):
+            return fused_launch.compiled_launch_plan(_CUDA, prim, inputs)
+        key = "program"
+    elif getattr(raw, "generated", False) and getattr(raw, "launch_plan", None) is not None:
+        planner, key = raw.launch_plan, None
+    else:
+        return kernel
+    mod = _native_module()
+    if mod is None:
+        return kernel
+    launcher = mod.Launcher(kernel, planner, key, stats, upload)
+    launcher.donates = True         # the scheduler passes the inputs it may write into
+    launcher.device_outputs = True  # it returns CuPy arrays of the promised shape and dtype
+    launcher.__wrapped__ = raw
+    launcher.__name__ = getattr(raw, "__name__", "kernel")
+    return launcher
 
 
 # -- single ops --------------------------------------------------------------------------

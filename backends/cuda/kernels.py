@@ -50,6 +50,12 @@ def _fill(p, ins):
 def _arange(p, ins):
     n = p.output_shapes(())[0][0]
     d = p.dtype
+    if d.kind in "iu" and p.start == int(p.start) and p.step == int(p.step):
+        start, step = int(p.start), int(p.step)
+        info = np.iinfo(d.np)
+        if (step > 0 or d.kind == "i") and info.min <= min(start, start + (n - 1) * step) and \
+                max(start, start + (n - 1) * step) <= info.max:
+            return cp.arange(start, start + n * step, step, dtype=d.np)  # exact: no wrap
     if d.kind in "iu":
         i = cp.arange(n, dtype=cp.int64)
         return (int(p.start) + i * int(p.step)).astype(d.np)
@@ -559,9 +565,67 @@ def _slice_update(p, ins):
     return out
 
 
+# take_along_axis on C-contiguous inputs whose shapes agree off the axis: one launch that
+# reads each index, wraps a negative one, and records an out-of-range one (flag, value) in
+# a device pair the deferred check reads (an out-of-range position gives 0 meanwhile).
+_GATHER_SOURCE = r"""
+template <typename T, typename I>
+__global__ void lx_gather_axis(const T* __restrict__ x, const I* __restrict__ idx,
+                               T* __restrict__ out, long long total, long long n,
+                               long long k, long long post, long long* bad) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long p = i % post, r = i / post, q = r / k;
+    long long v = (long long)idx[i];
+    if (v < 0 && (I)(-1) < (I)0) v += n;  // a signed index counts from the end
+    if (v < 0 || v >= n) {
+      bad[1] = (long long)idx[i];
+      bad[0] = 1;
+      out[i] = T(0);
+    } else {
+      out[i] = x[(q * n + v) * post + p];
+    }
+  }
+}
+"""
+_GATHER_ITEMS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
+                 8: "unsigned long long"}
+_GATHER_INDEX = {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+                 "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+                 "uint64": "unsigned long long"}
+_GATHER_NAMES = tuple(f"lx_gather_axis<{t}, {i}>" for t in _GATHER_ITEMS.values()
+                      for i in _GATHER_INDEX.values())
+_GATHER = CudaKernel(_GATHER_SOURCE, "lazyx.backends.cuda.kernels gather_axis",
+                     name_expressions=_GATHER_NAMES)
+
+
 def _gather_axis(p, ins):
     x, idx = ins
-    _check_axis(p, ins, idx, x.shape[p.axis])
+    ax = p.axis % x.ndim if x.ndim else 0
+    n = x.shape[ax]
+    item = _GATHER_ITEMS.get(x.itemsize)
+    index = _GATHER_INDEX.get(idx.dtype.name)
+    if item is not None and index is not None and idx.ndim == x.ndim and idx.size and n and \
+            idx.shape[:ax] == x.shape[:ax] and idx.shape[ax + 1:] == x.shape[ax + 1:] and \
+            x.flags.c_contiguous and idx.flags.c_contiguous:
+        out = cp.empty(idx.shape, x.dtype)
+        bad = cp.zeros(2, cp.int64)
+        post = 1
+        for d in x.shape[ax + 1:]:
+            post *= d
+        grid, block = launch_config(idx.size)
+        _GATHER.function(f"lx_gather_axis<{item}, {index}>")(
+            grid, block, (x, idx, out, np.int64(idx.size), np.int64(n), np.int64(idx.shape[ax]),
+                          np.int64(post), bad))
+        shapes = [_Shapes(a.shape) for a in ins]
+
+        def check(flag):
+            if flag[0]:
+                raise np_indexing._out_of_range(
+                    p, shapes, f"index {flag[1]} is out of bounds for axis {p.axis} with size {n}")
+        _defer(check, bad)
+        return out
+    _check_axis(p, ins, idx, n)
     return cp.take_along_axis(x, idx, axis=p.axis)
 
 

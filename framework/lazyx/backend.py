@@ -52,6 +52,13 @@ class Backend:
     int): for inputs that are all NumPy arrays of fewer than ``small_limit``
     elements, the scheduler's native loop then calls ``small_ufunc(*inputs)``
     itself, without the kernel's Python frame (the per-op cost of a small op).
+
+    Two more attributes the scheduler's native loop reads: ``kernel.donates`` (True: the
+    kernel takes a third argument, the positions of the inputs nothing but this node
+    reads any more, whose buffers it may write its output into; the protocol of
+    compile's plans) and ``kernel.device_outputs`` (True: it returns a device buffer with
+    ``shape`` and ``dtype`` attributes, which the loop stores itself when they are the
+    promised ones). The CUDA backend's native launcher declares both.
     """
 
     name: str = "backend"

@@ -156,6 +156,13 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "one. Read once, at import; another value is a warning (then `1`).",
         ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
+        "LAZYX_CUDA_NATIVE", "1",
+        "`0`: eager element-wise ops and fused nodes on the GPU launch their generated "
+        "kernels through CuPy from Python instead of from the native launcher (C++, the "
+        "driver's `cuLaunchKernel`). Read once, at import; another value is a warning "
+        "(then `1`).",
+        ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
+    EnvironmentVariable(
         "LAZYX_CUDA_GRAPHS", "1",
         "`0`: a compiled function's calls on the GPU launch their plan's kernels one by "
         "one instead of replaying it as a CUDA graph (captured at the second call of a "

@@ -15,9 +15,13 @@
 // * The functions are METH_FASTCALL (vectorcall) functions added to the nanobind
 //   module, so a call costs no argument tuple or keyword parsing.
 // * The common case of a node is handled here: a kernel that returns one NumPy array of
-//   the promised shape and dtype. Everything else (several outputs, a device buffer, a
-//   wrong output) goes to the Python function `finish` that the scheduler passes in, so
-//   there is one implementation of the rare and error paths.
+//   the promised shape and dtype, or one device buffer of them from a kernel that says it
+//   returns device buffers (`device_outputs`). Everything else (several outputs, a wrong
+//   output) goes to the Python function `finish` that the scheduler passes in, so there
+//   is one implementation of the rare and error paths.
+// * Donation: a kernel that takes donors (`donates`, the protocol of compile's plans,
+//   lazyx/transforms/compile.py) gets a third argument, the positions of the inputs that
+//   nothing but this node reads any more, whose buffers it may write its output into.
 //
 // Nothing here owns state beyond the offsets and the interned attribute names.
 
@@ -46,6 +50,11 @@ PyObject* s_np = nullptr;
 PyObject* s_small_ufunc = nullptr;
 PyObject* s_small_limit = nullptr;
 PyObject* s_small_native = nullptr;
+PyObject* s_donates = nullptr;  // interned "donates", "device_outputs", "shape", "dtype"
+PyObject* s_device_outputs = nullptr;
+PyObject* s_shape = nullptr;
+PyObject* s_dtype = nullptr;
+PyObject* g_no_donors = nullptr;  // ()
 
 // What a kernel declares for small inputs (lazyx.backend.Backend docs, "small_ufunc"):
 // for inputs that are all NumPy arrays of fewer than `limit` elements, the kernel is
@@ -55,10 +64,15 @@ PyObject* s_small_native = nullptr;
 // function that runs small inputs without the ufunc's dispatch (or declines: nullptr
 // with no error set); see backends/cpu/native/small.cpp.
 using SmallFn = PyObject* (*)(PyObject* const*, Py_ssize_t);
+// What else a kernel declares, read once per kernel with the above: `donates` (it takes
+// donors, see run()) and `device_outputs` (it returns device buffers with `shape` and
+// `dtype` attributes; run() stores one of the promised shape and dtype itself).
 struct Small {
     PyObject* ufunc;  // nullptr: the kernel declares nothing
     npy_intp limit;
     SmallFn native;   // nullptr: none
+    bool donates;
+    bool device;
 };
 std::unordered_map<PyObject*, Small> g_small;
 
@@ -69,7 +83,14 @@ const Small& small_of(PyObject* kernel) {
         for (auto& kv : g_small) { Py_DECREF(kv.first); Py_XDECREF(kv.second.ufunc); }
         g_small.clear();
     }
-    Small info{nullptr, 0, nullptr};
+    Small info{nullptr, 0, nullptr, false, false};
+    for (int k = 0; k < 2; ++k) {
+        PyObject* flag = PyObject_GetAttr(kernel, k ? s_device_outputs : s_donates);
+        int on = flag != nullptr ? PyObject_IsTrue(flag) : 0;
+        Py_XDECREF(flag);
+        PyErr_Clear();
+        (k ? info.device : info.donates) = on > 0;
+    }
     PyObject* u = PyObject_GetAttr(kernel, s_small_ufunc);
     PyObject* l = u ? PyObject_GetAttr(kernel, s_small_limit) : nullptr;
     if (u && l && u != Py_None && PyLong_Check(l)) {
@@ -290,6 +311,15 @@ inline bool matches(PyObject* out, PyObject* shape, PyObject* want) {
     return eq == 1;
 }
 
+// Store the output `out` (a reference taken) as `a`'s data and detach the node.
+inline void store(PyObject* a, PyObject* out) {
+    PyObject* old = slot(a, off_data);
+    slot(a, off_data) = out;
+    Py_XDECREF(old);
+    set_slot(a, off_prim, Py_None);
+    set_slot(a, off_inputs, Py_None);
+}
+
 // run(order, tables, keep, check, finish, failed): run the nodes of `order` (from
 // unevaluated_order) in order, as lazyx.scheduler.eval_arrays's loop does.
 //   tables  the dispatch tables indexed by Stream.kind (lazyx.backend.dispatch_tables)
@@ -342,8 +372,9 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
         Py_ssize_t m = 0;
         PyObject** ins = nullptr;
         if (kernel != nullptr && !inputs_of(a, &m, &ins)) Py_CLEAR(kernel);
+        const Small* info = kernel != nullptr ? &small_of(kernel) : nullptr;
         if (kernel != nullptr && m <= 3) {
-            const Small& sm = small_of(kernel);
+            const Small& sm = *info;
             if (sm.ufunc != nullptr) {
                 PyObject* data[3];
                 bool small = true;
@@ -367,16 +398,51 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
         }
         if (kernel != nullptr) {
             ins_data = PyList_New(m);
+            // Donors: an input array held by this node's input tuple alone (once), the tuple
+            // by this node alone, the array's buffer by the array alone, and no sibling of a
+            // multi-output node: nothing can read that buffer after this node (as compile's
+            // _donors decides for its plans; the kernel checks the buffer's own fitness).
+            PyObject* donors = nullptr;
+            if (ins_data != nullptr && info->donates && !keep &&
+                Py_REFCNT(slot(a, off_inputs)) == 1) {
+                for (Py_ssize_t i = 0; i < m && donors != g_no_donors; ++i) {
+                    PyObject* x = ins[i];
+                    PyObject* d = slot(x, off_data);
+                    if (Py_REFCNT(x) != 1 || Py_REFCNT(d) != 1 || slot(x, off_siblings) != Py_None)
+                        continue;
+                    PyObject* pos = PyLong_FromSsize_t(i);
+                    if (pos == nullptr) { PyErr_Clear(); break; }
+                    if (donors == nullptr) donors = PyList_New(0);
+                    if (donors == nullptr || PyList_Append(donors, pos) < 0) {
+                        PyErr_Clear();
+                        Py_XDECREF(donors);
+                        donors = g_no_donors;  // borrowed: the loop stops
+                        Py_INCREF(donors);
+                    }
+                    Py_DECREF(pos);
+                }
+            }
             if (ins_data != nullptr) {
                 for (Py_ssize_t i = 0; i < m; ++i) {
                     PyObject* d = slot(ins[i], off_data);
                     Py_INCREF(d);
                     PyList_SET_ITEM(ins_data, i, d);
                 }
-                PyObject* call[2] = {prim, ins_data};
-                out = PyObject_Vectorcall(kernel, call, 2, nullptr);
+                if (donors != nullptr && donors != g_no_donors) {
+                    PyObject* t = PyList_AsTuple(donors);
+                    Py_DECREF(donors);
+                    donors = t;
+                }
+                if (donors != nullptr && donors != g_no_donors) {
+                    PyObject* call[3] = {prim, ins_data, donors};
+                    out = PyObject_Vectorcall(kernel, call, 3, nullptr);
+                } else {
+                    PyObject* call[2] = {prim, ins_data};
+                    out = PyObject_Vectorcall(kernel, call, 2, nullptr);
+                }
                 Py_DECREF(ins_data);
             }
+            Py_XDECREF(donors);
             Py_DECREF(kernel);
         }
         if (out != nullptr && check != nullptr) {
@@ -391,7 +457,23 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
             return nullptr;
         }
         bool done = false;
-        if (!keep && slot(a, off_siblings) == Py_None && PyArray_CheckExact(out)) {
+        if (!keep && slot(a, off_siblings) == Py_None && info != nullptr && info->device &&
+            !PyArray_Check(out) && !PyTuple_Check(out) && !PyList_Check(out)) {
+            // A device buffer: its shape (a tuple) and dtype are compared with the promise.
+            PyObject* shape = PyObject_GetAttr(out, s_shape);
+            PyObject* dtype = shape ? PyObject_GetAttr(out, s_dtype) : nullptr;
+            PyObject* want = dtype ? PyObject_GetAttr(slot(a, off_dtype), s_np) : nullptr;
+            if (want != nullptr) {
+                done = (dtype == want || PyObject_RichCompareBool(dtype, want, Py_EQ) == 1) &&
+                       PyObject_RichCompareBool(shape, slot(a, off_shape), Py_EQ) == 1;
+            }
+            PyErr_Clear();
+            Py_XDECREF(shape);
+            Py_XDECREF(dtype);
+            Py_XDECREF(want);
+            if (done) store(a, out);
+        }
+        if (!done && !keep && slot(a, off_siblings) == Py_None && PyArray_CheckExact(out)) {
             PyObject* want = PyObject_GetAttr(slot(a, off_dtype), s_np);
             if (want == nullptr) {
                 PyErr_Clear();
@@ -399,13 +481,7 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
                 done = matches(out, slot(a, off_shape), want);
                 Py_DECREF(want);
             }
-            if (done) {
-                PyObject* old = slot(a, off_data);
-                slot(a, off_data) = out;  // takes the reference
-                Py_XDECREF(old);
-                set_slot(a, off_prim, Py_None);
-                set_slot(a, off_inputs, Py_None);
-            }
+            if (done) store(a, out);
         }
         if (!done) {
             PyObject* call[3] = {prim, a, out};
@@ -747,6 +823,11 @@ NB_MODULE(_graph, m) {
     s_small_ufunc = PyUnicode_InternFromString("small_ufunc");
     s_small_limit = PyUnicode_InternFromString("small_limit");
     s_small_native = PyUnicode_InternFromString("small_native");
+    s_donates = PyUnicode_InternFromString("donates");
+    s_device_outputs = PyUnicode_InternFromString("device_outputs");
+    s_shape = PyUnicode_InternFromString("shape");
+    s_dtype = PyUnicode_InternFromString("dtype");
+    g_no_donors = PyTuple_New(0);
     s_wrapped = PyUnicode_InternFromString("__wrapped__");
     s_class = PyUnicode_InternFromString("__class__");
     s_keys = PyUnicode_InternFromString("keys");

@@ -199,6 +199,32 @@ def test_eager_ops_on_non_contiguous_and_misaligned_inputs(gpu_stats):
     assert got["strided"] >= 2 and got["fallbacks"] == 0
 
 
+def test_the_native_launcher_writes_into_dead_inputs_only(gpu_stats):
+    # backends/cuda/native/launch.cpp: eager ops launched from C++, the output written into
+    # an input nothing else reads (the scheduler's donors), never into one still held.
+    from lazyx.backends.cuda import compiled
+    if not compiled.NATIVE or compiled._native_module() is None:
+        pytest.skip("the native launcher is off or not built")
+    xd = np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+    bd = np.linspace(0.5, 2, 6, dtype=np.float32)
+    with mx.stream(mx.gpu):
+        x, b = to_lazyx(xd) * 1, to_lazyx(bd) * 1
+        mx.eval(x, b)
+        held = x * 2.0                      # the caller keeps it: never written into
+        y = mx.exp(held + 1.0) * 3.0 - x    # the intermediates are dead once read
+        z = mx.transpose(x) * b[:, None]    # a transposed input, a broadcast one: strided
+        w = (x - b) / 2.0                   # broadcasting, a Python scalar
+        mx.eval(y, z, w)
+    heldv = xd * 2
+    np.testing.assert_allclose(np.asarray(held), heldv, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(x), xd, rtol=0)
+    np.testing.assert_allclose(np.asarray(y), np.exp(heldv + 1) * 3 - xd, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(z), xd.T * bd[:, None], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(w), (xd - bd) / 2, rtol=1e-6)
+    got = gpu_stats()
+    assert got["native"] >= 7 and got["donated"] >= 2 and got["strided"] >= 2, got
+
+
 # -- every fusible primitive, every dtype, on the GPU ---------------------------------------------
 @pytest.mark.parametrize("layout", ["contiguous", "strided", "scalar"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.name)

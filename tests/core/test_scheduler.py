@@ -287,6 +287,63 @@ def test_small_ufunc_kernels_give_numpy_results():
     np.testing.assert_allclose(np.asarray(mx.array(big) * 3 + 1), big * 3 + 1, rtol=1e-6)
 
 
+class InPlace(Primitive):
+    """x + 1, written into the input's buffer when the scheduler offers it (donors)."""
+
+    __slots__ = ()
+    offered: list = []
+
+    def eval_cpu(self, inputs, donors=()):
+        InPlace.offered.append(tuple(donors))
+        x = inputs[0]
+        if 0 in donors:
+            x += np.asarray(1, x.dtype)
+            return x
+        return x + np.asarray(1, x.dtype)
+    eval_cpu.donates = True
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+
+def inplace(x):
+    return lazy(x.shape, x.dtype, InPlace(mx.default_stream(mx.cpu)), (x,))
+
+
+def test_kernels_that_take_donors_get_the_inputs_nothing_else_reads(loop):
+    from lazyx import scheduler
+    dead = (0,) if loop == "native" else ()  # the Python loop offers none
+    x = mx.array([1.0, 2.0])
+    InPlace.offered = []
+    y = inplace(counting(x))  # the intermediate is read by y alone
+    assert y.tolist() == [3.0, 4.0] and InPlace.offered == [dead]
+    assert x.tolist() == [1.0, 2.0]  # an array the caller holds is never offered
+    InPlace.offered = []
+    assert inplace(x).tolist() == [2.0, 3.0] and x.tolist() == [1.0, 2.0]
+    t = counting(x)  # held by the caller: not offered, its value stays
+    y = inplace(t)
+    assert y.tolist() == [3.0, 4.0] and t.tolist() == [2.0, 3.0]
+    t = counting(x)
+    u = inplace(t)
+    z = u + t  # read by two nodes
+    del t
+    assert z.tolist() == [5.0, 7.0]
+    w = inplace(inplace(counting(x)))  # a chain: each intermediate dead once read
+    mx.eval(w)
+    assert w.tolist() == [4.0, 5.0]
+    assert InPlace.offered == [(), (), (), dead, dead]
+    InPlace.offered = []
+    with scheduler.retain_graph:  # a transform retaining the graph: nothing is offered
+        v = inplace(counting(x))
+        mx.eval(v)
+    assert v.tolist() == [3.0, 4.0] and InPlace.offered == [()]
+    m = counting(x)
+    mx.eval(m)
+    y = inplace(m * 1)
+    del m
+    assert y.tolist() == [3.0, 4.0]
+
+
 def test_node_inputs_may_be_a_list():
     x = mx.array([1.0, 2.0])
     y = lazy(x.shape, x.dtype, Counting(mx.default_stream(mx.cpu)), [x])
