@@ -81,6 +81,34 @@ struct Entry {
     std::vector<PyObject*> held;    // the key's objects, kept alive while the entry is
 };
 
+// An entry's launch, copied with new references to its objects (released on return).
+struct Held {
+    CUfunction fn;
+    unsigned grid, block;
+    long long n;
+    uint64_t scalar, full;
+    int nd;
+    uint64_t layout;
+    PyObject* layout_owner;
+    PyObject* shape;
+    std::vector<PyObject*> dtypes;
+    explicit Held(const Entry& e)
+        : fn(e.fn), grid(e.grid), block(e.block), n(e.n), scalar(e.scalar), full(e.full),
+          nd(e.nd), layout(e.layout), layout_owner(e.layout_owner), shape(e.shape),
+          dtypes(e.dtypes) {
+        Py_XINCREF(layout_owner);
+        Py_XINCREF(shape);
+        for (PyObject* d : dtypes) Py_INCREF(d);
+    }
+    ~Held() {
+        Py_XDECREF(layout_owner);
+        Py_XDECREF(shape);
+        for (PyObject* d : dtypes) Py_DECREF(d);
+    }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+};
+
 struct KeyHash {
     size_t operator()(const std::vector<intptr_t>& k) const noexcept {
         uint64_t h = 1469598103934665603ull;
@@ -292,9 +320,12 @@ PyObject* launcher_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyO
         for (Py_ssize_t i = 0; i < m; ++i) { Py_INCREF(dtypes[i]); e.held.push_back(dtypes[i]); }
         it = self->cache->emplace(std::move(key), std::move(e)).first;
     }
-    Entry& e = it->second;
+    if (!it->second.runs || m + static_cast<Py_ssize_t>(it->second.dtypes.size()) + 1 > MAX_ARGS)
+        return run_fallback(self, prim, inputs);
+    // A copy of the entry that holds its objects: the calls below may run Python, and so
+    // another thread that clears the cache.
+    Held e(it->second);
     Py_ssize_t nout = static_cast<Py_ssize_t>(e.dtypes.size());
-    if (!e.runs || m + nout + 1 > MAX_ARGS) return run_fallback(self, prim, inputs);
     uint64_t ptrs[MAX_ARGS];
     for (Py_ssize_t i = 0; i < m; ++i)
         if (!address(ins[i], &ptrs[i])) return nullptr;
