@@ -198,6 +198,9 @@ class CudaBackend(Backend):
                     inputs[i] = upload(x) if type(x) is np.ndarray else _to_device(x)
             return fn(prim, inputs)
         kernel.__wrapped__ = fn
+        # Its outputs are device buffers (checked by _through_cupy where a NumPy kernel runs):
+        # the scheduler's native loop stores one of the promised shape and dtype itself.
+        kernel.device_outputs = True
         # Generated element-wise kernels launch from C++ in the common case (.compiled).
         from . import compiled  # loaded with the kernels (_load): a dictionary lookup
         return compiled.native_kernel(kernel, fn, self.upload)

@@ -37,18 +37,14 @@ import numpy as np
 
 from lazyx.codegen import cuda
 from lazyx.environment import read_variable
-from lazyx.errors import BackendError, KernelCompileError
+from lazyx.errors import KernelCompileError
 
 from .. import fused_launch
 from ..cpu.compiled import cached_layout, runs_contiguous
-from .runtime import CudaKernel, cupy_module, launch_config
+from .runtime import CudaKernel, cupy_module, launch_config, native_module
 
 __all__ = ["compiled_kernel", "eager_kernel", "kernel_for", "native_kernel", "run_program",
-           "stats", "ELEMENTWISE", "NATIVE", "LaunchError"]
-
-
-class LaunchError(BackendError):
-    """A launch the CUDA driver refused (the native launcher's error: names the op)."""
+           "stats", "ELEMENTWISE"]
 
 #: Whether single element-wise ops run generated kernels (``LAZYX_CUDA_ELEMENTWISE=0``: no).
 ELEMENTWISE = read_variable("LAZYX_CUDA_ELEMENTWISE") != "0"  # (checked: 0 or 1)
@@ -209,35 +205,11 @@ def runner_is_fake() -> bool:
 
 
 # -- the native launcher ------------------------------------------------------------------
-#: Whether eager element-wise ops and ``Compiled`` nodes launch from C++ (``native_kernel``;
-#: ``LAZYX_CUDA_NATIVE=0``: the Python path, as before).
-NATIVE = read_variable("LAZYX_CUDA_NATIVE") != "0"  # (checked: 0 or 1)
-_native = None  # the module once set up; False where it cannot be
-
-
-def _native_module():
-    global _native
-    if _native is None:
-        _native = False
-        try:
-            from . import _native as mod  # the C++ launcher: only once CUDA is in use
-            cp = cupy_module()
-            mod.setup(cp.ndarray, cp.cuda.get_current_stream, LaunchError)
-            _native = mod
-        except (ImportError, OSError) as exc:
-            from lazyx import log  # the cold path only
-            log.logger.debug(f"cuda: no native launcher ({type(exc).__name__}: {exc}); eager "
-                      f"element-wise ops launch through CuPy")
-    return _native or None
-
-
 def native_kernel(kernel, raw, upload):
     """``kernel`` (the backend's prepared kernel of ``raw``) with its common case launched
     from C++ where ``raw`` is a generated element-wise kernel or :func:`compiled_kernel`:
     a ``_native.Launcher`` in front of ``kernel`` (see ``backends/cuda/native/launch.cpp``);
     else ``kernel`` itself. ``upload(host array)``: its device copy (the backend's cache)."""
-    if not NATIVE:
-        return kernel
     if raw is compiled_kernel:
         def planner(prim, inputs):
             return fused_launch.compiled_launch_plan(_CUDA, prim, inputs)
@@ -246,7 +218,7 @@ def native_kernel(kernel, raw, upload):
         planner, key = raw.launch_plan, None
     else:
         return kernel
-    mod = _native_module()
+    mod = native_module()
     if mod is None:
         return kernel
     launcher = mod.Launcher(kernel, planner, key, stats, upload)

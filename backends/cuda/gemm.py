@@ -26,11 +26,12 @@ from lazyx.dtypes import numpy_name
 
 from . import runtime as _rt
 
-__all__ = ["matmul", "capturing"]
+__all__ = ["matmul", "capturing", "native"]
 
 #: True while backends/cuda/graphs.py captures a plan: the backend's matmul then comes
-#: here. Eagerly it calls ``cupy.matmul`` (measured on the H200's host, the ctypes call
-#: of ``cublasGemmEx`` costs more host time per call than CuPy's binding).
+#: here. Eagerly too where the native module calls cuBLAS (:func:`native`: one C call);
+#: otherwise eagerly it calls ``cupy.matmul`` (measured on the H200's host, the ctypes
+#: call of ``cublasGemmEx`` costs more host time per call than CuPy's binding).
 capturing = False
 
 _OP_N, _OP_T = 0, 1
@@ -45,26 +46,49 @@ _ONE = {c: c(1.0) for c in (ctypes.c_float, ctypes.c_double)}
 _ZERO = {c: c(0.0) for c in (ctypes.c_float, ctypes.c_double)}
 
 
+def _library_path():
+    """The path of the libcublas CuPy loaded, or None."""
+    try:
+        # CuPy loads libcublas on its first cuBLAS call: make that happen, or the maps
+        # below may not list it yet (a process whose first product is captured).
+        _rt.cp.cuda.device.get_cublas_handle()
+    except Exception:  # noqa: BLE001 - no cuBLAS: the maps will not list it
+        pass
+    try:
+        with open("/proc/self/maps") as f:  # the exact library CuPy linked
+            for line in f:
+                if "libcublas.so" in line and "libcublasLt" not in line:
+                    return line.split()[-1]
+    except OSError:
+        pass
+    return None
+
+
+_native = None  # the native module's gemm (launch.cpp) once set up; False where none
+
+
+def native():
+    """The native module's ``gemm`` (one C call per product), or None."""
+    global _native
+    if _native is None:
+        _native = False
+        mod = _rt.native_module()
+        path = _library_path() if mod is not None else None
+        if path is not None:
+            try:
+                mod.setup_cublas(path)
+                _native = mod.gemm
+            except OSError:
+                _native = False
+    return _native or None
+
+
 def _load():
     """The libcublas this process loaded (CuPy's), with the signatures set; or False."""
     global _lib
     if _lib is None:
         _lib = False
-        path = None
-        try:
-            # CuPy loads libcublas on its first cuBLAS call: make that happen, or the maps
-            # below may not list it yet (a process whose first product is captured).
-            _rt.cp.cuda.device.get_cublas_handle()
-        except Exception:  # noqa: BLE001 - no cuBLAS: the maps will not list it
-            pass
-        try:
-            with open("/proc/self/maps") as f:  # the exact library CuPy linked
-                for line in f:
-                    if "libcublas.so" in line and "libcublasLt" not in line:
-                        path = line.split()[-1]
-                        break
-        except OSError:
-            path = None
+        path = _library_path()
         if path is not None:
             try:
                 lib = ctypes.CDLL(path)
@@ -121,25 +145,32 @@ def matmul(a, b):
     oa, ob = _operand(a), _operand(b)
     if oa is None or ob is None:
         return None
-    lib = _load()
-    if not lib:
+    fast = native()
+    lib = _load() if fast is None else None
+    if fast is None and not lib:
         return None
     cp = _rt.cp
     out = cp.empty(batch_a + (m, n), a.dtype)
     dtype, compute, scalar = t
     handle = cp.cuda.device.get_cublas_handle()
-    if lib.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr) != 0:
-        return None
-    one, zero = ctypes.byref(_ONE[scalar]), ctypes.byref(_ZERO[scalar])
+    stream = cp.cuda.get_current_stream().ptr
     # row-major C (m x n) = A B  <=>  column-major Cᵀ (n x m) = op(B) op(A)
     batches = 1
     for d in batch_a:
         batches *= d
-    if batches == 1:
+    if fast is not None:
+        status = fast(handle, stream, ob[0], oa[0], n, m, k, b.data.ptr, ob[1], ob[2],
+                      a.data.ptr, oa[1], oa[2], out.data.ptr, n, m * n, batches, dtype, compute,
+                      scalar is ctypes.c_double)
+    elif lib.cublasSetStream_v2(handle, stream) != 0:
+        return None
+    elif batches == 1:
+        one, zero = ctypes.byref(_ONE[scalar]), ctypes.byref(_ZERO[scalar])
         status = lib.cublasGemmEx(handle, ob[0], oa[0], n, m, k, one, b.data.ptr, dtype, ob[1],
                                   a.data.ptr, dtype, oa[1], zero, out.data.ptr, dtype, n,
                                   compute, _GEMM_DEFAULT)
     else:
+        one, zero = ctypes.byref(_ONE[scalar]), ctypes.byref(_ZERO[scalar])
         status = lib.cublasGemmStridedBatchedEx(
             handle, ob[0], oa[0], n, m, k, one, b.data.ptr, dtype, ob[1], ob[2],
             a.data.ptr, dtype, oa[1], oa[2], zero, out.data.ptr, dtype, n, m * n, batches,

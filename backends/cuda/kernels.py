@@ -243,7 +243,9 @@ def _matmul_of(a, b):
         # the rows, not a batched GEMM of the batch's slices against the same matrix.
         lead = a.shape[:-1]
         return _matmul_of(a.reshape(-1, a.shape[-1]), b).reshape(lead + b.shape[-1:])
-    if _gemm.capturing:  # cuBLAS directly: CuPy refuses cuBLAS calls under capture
+    if _gemm.capturing or _gemm.native() is not None:
+        # cuBLAS directly: CuPy refuses cuBLAS calls under capture, and from C++ (the native
+        # module) a product costs a few µs of host time where cupy.matmul costs ~30.
         out = _gemm.matmul(a, b)
         if out is not None:
             return out
@@ -259,10 +261,48 @@ def _matmul(p, ins):
     return _matmul_of(ins[0], ins[1])
 
 
+# out = alpha * out + beta * c in place, c a row repeated over out's rows (a bias) or out's
+# shape, both C-contiguous: one launch where CuPy's broadcast add costs several.
+_BIAS_SOURCE = r"""
+template <typename T>
+__global__ void lx_add_rows(typename T::S* __restrict__ out, const typename T::S* __restrict__ c,
+                            long long total, long long cn, double alpha, double beta) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    typename T::C v = T::load(out[i]);
+    if (alpha != 1.0) v = v * (typename T::C)alpha;
+    out[i] = T::store(v + (typename T::C)beta * T::load(c[i % cn]));
+  }
+}
+"""
+_BIAS = CudaKernel(_rt.DTYPE_STRUCTS + _BIAS_SOURCE, "lazyx.backends.cuda.kernels add_rows",
+                   name_expressions=tuple(f"lx_add_rows<{t}>" for t, _ in
+                                          _rt.DTYPE_STRUCT_OF.values()))
+
+
+def _add_rows(out, c, alpha, beta) -> bool:
+    """``out = alpha * out + beta * c`` in place where one kernel can (see above)."""
+    types = _rt.DTYPE_STRUCT_OF.get(out.dtype.name)
+    if types is None or c.dtype != out.dtype or not out.size or not c.size or \
+            not (out.flags.c_contiguous and c.flags.c_contiguous) or \
+            (c.size != out.size and (c.ndim > 1 and c.shape[:-1] != (1,) * (c.ndim - 1)
+                                     or c.shape[-1:] != out.shape[-1:])):
+        return False
+    tag, view = types
+    grid, block = launch_config(out.size)
+    _BIAS.function(f"lx_add_rows<{tag}>")(grid, block, (
+        out if view is None else out.view(view), c if view is None else c.view(view),
+        np.int64(out.size), np.int64(c.size), np.float64(alpha), np.float64(beta)))
+    return True
+
+
 def _addmm(p, ins):
     c, a, b = ins
     d = a.dtype
     out = _matmul_of(a, b)
+    if p.beta != 0.0 and out.shape == tuple(np.broadcast_shapes(out.shape, c.shape)) and \
+            _add_rows(out, c, p.alpha, p.beta):
+        return out
     if out.dtype in _HALVES:
         out = out.astype(_F32)
     if p.alpha != 1.0:

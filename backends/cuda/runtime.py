@@ -10,9 +10,11 @@ without CUDA.
 
 from __future__ import annotations
 
+from lazyx.environment import read_variable
 from lazyx.errors import BackendError, KernelCompileError, LazyxError
 
-__all__ = ["cupy_module", "CudaKernel", "launch_config", "cp", "sync_hooks", "host_sync"]
+__all__ = ["cupy_module", "CudaKernel", "launch_config", "cp", "sync_hooks", "host_sync",
+           "native_module", "LaunchError", "NATIVE"]
 
 #: Functions called with a short reason each time lazyx's CUDA backend makes the host
 #: wait for the GPU (a value read back to the host, ``synchronize``). Execution is
@@ -48,6 +50,37 @@ def cupy_module():
     return cp
 
 
+#: Whether kernels launch from C++ (``backends/cuda/native/launch.cpp``: the generated
+#: element-wise kernels, fused nodes and the kernels of CUDA C++ source), through the
+#: driver's ``cuLaunchKernel``; ``LAZYX_CUDA_NATIVE=0``: through CuPy, from Python.
+NATIVE = read_variable("LAZYX_CUDA_NATIVE") != "0"  # (checked: 0 or 1)
+_native = None  # the module once set up; False where it cannot be
+
+
+class LaunchError(BackendError):
+    """A launch the CUDA driver refused (the native launchers' error: names the kernel)."""
+
+
+def native_module():
+    """``lazyx.backends.cuda._native`` set up for this process's CUDA driver and CuPy, or
+    None (switched off, not built, or no driver: everything launches through CuPy)."""
+    global _native
+    if _native is None:
+        _native = False
+        if NATIVE:
+            try:
+                import numpy as np  # (with CuPy: the native module's argument types)
+                from . import _native as mod  # the C++ launchers: only once CUDA is in use
+                cp_ = cupy_module()
+                mod.setup(cp_.ndarray, cp_.cuda.get_current_stream, LaunchError, np.generic)
+                _native = mod
+            except (ImportError, OSError) as exc:
+                from lazyx import log  # the cold path only
+                log.logger.debug(f"cuda: no native launcher ({type(exc).__name__}: {exc}); "
+                                 f"kernels launch through CuPy")
+    return _native or None
+
+
 class CudaKernel:
     """A kernel from CUDA C++ source, compiled by NVRTC on first use.
 
@@ -61,8 +94,10 @@ class CudaKernel:
           e.g. ``("axpby_contiguous<float>",)``.
 
     ``function(fname)`` returns a launchable ``cupy.RawKernel``-like function:
-    ``fn(grid, block, args)``. A compile error raises :class:`KernelCompileError` with
-    the source's name and NVRTC's log.
+    ``fn(grid, block, args, shared_mem=0)`` (launched from C++ where the native module is
+    built: ``_native.RawFunction``; CuPy arrays and NumPy scalars as arguments), cached.
+    A compile error raises :class:`KernelCompileError` with the source's name and NVRTC's
+    log.
     """
 
     def __init__(self, source: str, name: str, options=(), name_expressions=()):
@@ -73,6 +108,7 @@ class CudaKernel:
         self.options = ("-std=c++17",) + tuple(options)
         self.name_expressions = tuple(name_expressions)
         self._module = None
+        self._functions = {}
 
     def module(self):
         if self._module is None:
@@ -89,13 +125,21 @@ class CudaKernel:
         return self._module
 
     def function(self, fname: str):
+        fn = self._functions.get(fname)
+        if fn is not None:
+            return fn
         mod = self.module()
         try:
-            return mod.get_function(fname)
+            fn = mod.get_function(fname)
         except Exception as exc:
             raise LazyxError(f"The CUDA kernel source {self.name} has no kernel {fname!r} "
                              f"({exc}). Kernels are looked up by their extern \"C\" name or "
                              f"by a template name listed in name_expressions.") from None
+        native = native_module()
+        if native is not None:  # launched from C++: CuPy's call costs ~5 µs more per launch
+            fn = native.RawFunction(fn)
+        self._functions[fname] = fn
+        return fn
 
 
 #: CUDA C++ of the element types the hand-written kernels are templated on: ``S`` the

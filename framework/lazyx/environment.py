@@ -157,11 +157,11 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_CUDA_NATIVE", "1",
-        "`0`: eager element-wise ops and fused nodes on the GPU launch their generated "
-        "kernels through CuPy from Python instead of from the native launcher (C++, the "
-        "driver's `cuLaunchKernel`). Read once, at import; another value is a warning "
-        "(then `1`).",
-        ("backends/cuda/compiled.py",), ("0", "1"), invalid="warning"),
+        "`0`: the CUDA backend launches its kernels (generated element-wise kernels, fused "
+        "nodes, kernels of CUDA C++ source) through CuPy from Python instead of from C++ "
+        "(`backends/cuda/native/launch.cpp`, the driver's `cuLaunchKernel`). Read once, at "
+        "import; another value is a warning (then `1`).",
+        ("backends/cuda/runtime.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
         "LAZYX_CUDA_GRAPHS", "1",
         "`0`: a compiled function's calls on the GPU launch their plan's kernels one by "

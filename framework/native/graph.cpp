@@ -458,7 +458,8 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
         }
         bool done = false;
         if (!keep && slot(a, off_siblings) == Py_None && info != nullptr && info->device &&
-            !PyArray_Check(out) && !PyTuple_Check(out) && !PyList_Check(out)) {
+            !PyArray_Check(out) && !PyArray_IsAnyScalar(out) && !PyTuple_Check(out) &&
+            !PyList_Check(out)) {
             // A device buffer: its shape (a tuple) and dtype are compared with the promise.
             PyObject* shape = PyObject_GetAttr(out, s_shape);
             PyObject* dtype = shape ? PyObject_GetAttr(out, s_dtype) : nullptr;

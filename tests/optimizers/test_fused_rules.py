@@ -10,6 +10,7 @@ import pytest
 
 import lazyx.core as mx
 import lazyx.optimizers as optim
+from lazyx.errors import ShapeError
 from lazyx.optimizers import optimizers as impl
 
 MAKERS = {
@@ -101,3 +102,29 @@ def test_a_subclass_rule_runs_op_by_op():
 
     _train(lambda: Noisy(0.1), steps=3)
     assert Noisy.calls == 6  # 2 parameters x 3 steps
+
+
+# -- every parameter in one compiled function (the GPU's update: Optimizer._apply_all_fused) --
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_the_all_parameter_update_matches_the_rule_op_by_op(name, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(impl, "_fuses_all", lambda: True)
+        opt, fused = _train(MAKERS[name])
+    keys = [k for k in opt._fused_rules if k[0] == "all"]
+    assert keys and all(opt._fused_rules[k] is not impl._UNFUSABLE for k in keys), name
+    plain = _plain(monkeypatch, MAKERS[name])
+    for k in fused:
+        np.testing.assert_allclose(fused[k], plain[k], rtol=2e-5, atol=2e-6, err_msg=f"{name} {k}")
+
+
+def test_the_all_parameter_update_leaves_errors_to_the_per_parameter_path(monkeypatch):
+    monkeypatch.setattr(impl, "_fuses_all", lambda: True)
+    opt, params = optim.Adam(0.05), _params()
+    opt.apply_gradients(_grads(0), params)
+    bad = dict(_grads(1), b=mx.zeros(63))
+    with pytest.raises(ShapeError, match="'b'"):
+        opt.apply_gradients(bad, params)
+    # a changed hyper-parameter traces the all-parameter function again
+    opt.betas = [0.5, 0.9]
+    mx.eval(opt.apply_gradients(_grads(2), params))
+    assert len([k for k in opt._fused_rules if k[0] == "all"]) == 2

@@ -51,6 +51,7 @@ ErrorStringFn g_error_string = nullptr;
 PyObject* g_ndarray = nullptr;      // cupy.ndarray
 PyObject* g_stream_ptr = nullptr;   // () -> the current stream (its handle, or with .ptr)
 PyObject* g_error = nullptr;        // the exception class of a failed launch
+PyObject* g_generic = nullptr;      // numpy.generic: a NumPy scalar argument, passed by value
 
 PyObject* s_dtype = nullptr;  // interned attribute names
 PyObject* s_shape = nullptr;
@@ -59,6 +60,8 @@ PyObject* s_ptr = nullptr;
 PyObject* s_base = nullptr;
 PyObject* s_strides = nullptr;
 PyObject* s_name = nullptr;
+PyObject* s_kernel = nullptr;
+PyObject* s_shared_mem = nullptr;
 PyObject* s_k_contiguous = nullptr;  // the counters' keys
 PyObject* s_k_native = nullptr;
 PyObject* s_k_strided = nullptr;
@@ -170,6 +173,26 @@ bool address(PyObject* x, uint64_t* out) {
     *out = static_cast<uint64_t>(PyLong_AsUnsignedLongLongMask(p));
     Py_DECREF(p);
     return !PyErr_Occurred();
+}
+
+// The current stream's handle: `current_stream()` gives it, or an object whose `ptr` is.
+bool current_stream(void** out) {
+    PyObject* s = PyObject_CallNoArgs(g_stream_ptr);
+    if (s != nullptr && !PyLong_Check(s)) Py_SETREF(s, PyObject_GetAttr(s, s_ptr));
+    *out = s != nullptr ? PyLong_AsVoidPtr(s) : nullptr;
+    Py_XDECREF(s);
+    return !PyErr_Occurred();
+}
+
+// Raise the launch error: `what` (a format with one object, %S or %R) and the driver's words.
+void launch_failed(CUresult rc, const char* what, PyObject* obj) {
+    const char* why = nullptr;
+    if (g_error_string == nullptr || g_error_string(rc, &why) != 0 || why == nullptr)
+        why = "unknown error";
+    PyObject* head = PyUnicode_FromFormat(what, obj);
+    if (head == nullptr) return;
+    PyErr_Format(g_error, "%U (CUDA error %d: %s).", head, rc, why);
+    Py_DECREF(head);
 }
 
 // The planner's answer for a key, stored in `e`: -1 with an error set if it raised, 0 for
@@ -375,12 +398,8 @@ PyObject* launcher_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyO
             return nullptr;
         }
     }
-    // The current stream: `current_stream()` gives its handle, or an object whose `ptr` is.
-    PyObject* s = PyObject_CallNoArgs(g_stream_ptr);
-    if (s != nullptr && !PyLong_Check(s)) Py_SETREF(s, PyObject_GetAttr(s, s_ptr));
-    void* stream = s != nullptr ? PyLong_AsVoidPtr(s) : nullptr;
-    Py_XDECREF(s);
-    if (PyErr_Occurred()) {
+    void* stream;
+    if (!current_stream(&stream)) {
         for (Py_ssize_t q = 0; q < nout; ++q) Py_DECREF(outs[q]);
         return nullptr;
     }
@@ -396,13 +415,10 @@ PyObject* launcher_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyO
     CUresult rc = g_launch(e.fn, e.grid, 1, 1, e.block, 1, 1, 0, stream, params, nullptr);
     if (rc != 0) {
         for (Py_ssize_t q = 0; q < nout; ++q) Py_DECREF(outs[q]);
-        const char* why = nullptr;
-        if (g_error_string == nullptr || g_error_string(rc, &why) != 0 || why == nullptr)
-            why = "unknown error";
         PyObject* name = PyObject_GetAttr(prim, s_name);
         PyErr_Clear();
-        PyErr_Format(g_error, "%S: the launch of its generated CUDA kernel failed (CUDA error %d: %s).",
-                     name != nullptr ? name : Py_None, rc, why);
+        launch_failed(rc, "%S: the launch of its generated CUDA kernel failed",
+                      name != nullptr ? name : Py_None);
         Py_XDECREF(name);
         return nullptr;
     }
@@ -496,10 +512,149 @@ PyMethodDef launcher_methods[] = {
 
 PyTypeObject LauncherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// setup(ndarray_type, current_stream, error_class): find the driver's cuLaunchKernel.
+// -- RawFunction: a kernel of CUDA C++ source launched from C++ -------------------------
+// `RawFunction(raw_kernel)` stands for a `cupy.RawKernel` (CudaKernel.function): called as
+// `fn(grid, block, args, shared_mem=0)` like it, with CuPy arrays passed as pointers and
+// NumPy scalars by value; any other argument (a Python int, a CuPy pointer object) goes to
+// the RawKernel itself, as do attribute reads and writes (max_dynamic_shared_size_bytes).
+struct RawFunction {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject* raw;
+    CUfunction fn;
+};
+
+bool dims3(PyObject* t, unsigned out[3]) {
+    out[0] = out[1] = out[2] = 1;
+    if (PyLong_Check(t)) {
+        out[0] = static_cast<unsigned>(PyLong_AsUnsignedLong(t));
+        return !PyErr_Occurred();
+    }
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 || PyTuple_GET_SIZE(t) > 3) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) {
+        out[i] = static_cast<unsigned>(PyLong_AsUnsignedLong(PyTuple_GET_ITEM(t, i)));
+        if (PyErr_Occurred()) { PyErr_Clear(); return false; }
+    }
+    return true;
+}
+
+PyObject* raw_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+    RawFunction* self = reinterpret_cast<RawFunction*>(obj);
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    auto delegate = [&]() { return PyObject_Vectorcall(self->raw, args, nargsf, kwnames); };
+    unsigned shared = 0;
+    Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs < 3 || nargs > 4 || nkw > 1 || (nkw == 1 && nargs == 4)) return delegate();
+    PyObject* shm = nargs == 4 ? args[3] : nullptr;
+    if (nkw == 1) {
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_shared_mem) != 0) return delegate();
+        shm = args[3];
+    }
+    if (shm != nullptr) {
+        shared = static_cast<unsigned>(PyLong_AsUnsignedLong(shm));
+        if (PyErr_Occurred()) { PyErr_Clear(); return delegate(); }
+    }
+    unsigned grid[3], block[3];
+    PyObject* list = args[2];
+    if (!dims3(args[0], grid) || !dims3(args[1], block) ||
+        (!PyTuple_Check(list) && !PyList_Check(list)))
+        return delegate();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(list);
+    if (n > MAX_ARGS * 2) return delegate();
+    PyObject** items = PySequence_Fast_ITEMS(list);
+    alignas(16) unsigned char store[MAX_ARGS * 2][16];
+    void* params[MAX_ARGS * 2];
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* x = items[i];
+        params[i] = store[i];
+        if (reinterpret_cast<PyObject*>(Py_TYPE(x)) == g_ndarray) {
+            uint64_t p;
+            if (!address(x, &p)) return nullptr;
+            std::memcpy(store[i], &p, 8);
+        } else if (g_generic != nullptr && PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g_generic))) {
+            Py_buffer view;
+            if (PyObject_GetBuffer(x, &view, PyBUF_SIMPLE) < 0) { PyErr_Clear(); return delegate(); }
+            bool fits = view.len > 0 && view.len <= 16;
+            if (fits) std::memcpy(store[i], view.buf, static_cast<size_t>(view.len));
+            PyBuffer_Release(&view);
+            if (!fits) return delegate();
+        } else {
+            return delegate();
+        }
+    }
+    if (self->fn == nullptr) {  // the RawKernel's function, loaded (compiled) on first use
+        PyObject* k = PyObject_GetAttr(self->raw, s_kernel);
+        PyObject* p = k != nullptr ? PyObject_GetAttr(k, s_ptr) : nullptr;
+        Py_XDECREF(k);
+        if (p == nullptr) return nullptr;
+        self->fn = PyLong_AsVoidPtr(p);
+        Py_DECREF(p);
+        if (PyErr_Occurred()) { self->fn = nullptr; return nullptr; }
+    }
+    void* stream;
+    if (!current_stream(&stream)) return nullptr;
+    CUresult rc = g_launch(self->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                           shared, stream, params, nullptr);
+    if (rc != 0) {
+        launch_failed(rc, "the launch of the CUDA kernel %R failed", self->raw);
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject* raw_getattro(PyObject* obj, PyObject* name) {
+    return PyObject_GetAttr(reinterpret_cast<RawFunction*>(obj)->raw, name);
+}
+
+int raw_setattro(PyObject* obj, PyObject* name, PyObject* value) {
+    return PyObject_SetAttr(reinterpret_cast<RawFunction*>(obj)->raw, name, value);
+}
+
+int raw_traverse(PyObject* obj, visitproc visit, void* arg) {
+    Py_VISIT(reinterpret_cast<RawFunction*>(obj)->raw);
+    return 0;
+}
+
+int raw_clear(PyObject* obj) {
+    Py_CLEAR(reinterpret_cast<RawFunction*>(obj)->raw);
+    return 0;
+}
+
+void raw_dealloc(PyObject* obj) {
+    PyObject_GC_UnTrack(obj);
+    raw_clear(obj);
+    Py_TYPE(obj)->tp_free(obj);
+}
+
+PyObject* raw_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+    PyObject* raw;
+    if (!PyArg_ParseTuple(args, "O:RawFunction", &raw)) return nullptr;
+    if (g_launch == nullptr) {
+        PyErr_SetString(PyExc_RuntimeError, "RawFunction: setup() has not found the CUDA driver.");
+        return nullptr;
+    }
+    RawFunction* self = reinterpret_cast<RawFunction*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+    self->vectorcall = raw_call;
+    Py_INCREF(raw);
+    self->raw = raw;
+    self->fn = nullptr;
+    return reinterpret_cast<PyObject*>(self);
+}
+
+PyObject* raw_repr(PyObject* obj) {
+    return PyUnicode_FromFormat("<RawFunction %R>", reinterpret_cast<RawFunction*>(obj)->raw);
+}
+
+PyTypeObject RawFunctionType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// setup(ndarray_type, current_stream, error_class, generic_type): find the driver's
+// cuLaunchKernel.
 PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    if (n != 3 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "setup(ndarray_type, current_stream, error_class)");
+    if (n != 4 || !PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "setup(ndarray_type, current_stream, error_class, "
+                        "generic_type)");
         return nullptr;
     }
     if (g_launch == nullptr) {
@@ -517,18 +672,97 @@ PyObject* setup(PyObject*, PyObject* const* args, Py_ssize_t n) {
             return nullptr;
         }
     }
-    for (int k = 0; k < 3; ++k) Py_INCREF(args[k]);
+    for (int k = 0; k < 4; ++k) Py_INCREF(args[k]);
     Py_XSETREF(g_ndarray, args[0]);
     Py_XSETREF(g_stream_ptr, args[1]);
     Py_XSETREF(g_error, args[2]);
+    Py_XSETREF(g_generic, args[3]);
     Py_RETURN_NONE;
+}
+
+
+// -- gemm: cuBLAS's GemmEx from C++ ---------------------------------------------------------
+// backends/cuda/gemm.py plans a product (operations, sizes, leading dimensions, strides,
+// types) and calls gemm() with the device addresses: one C call instead of ctypes' argument
+// conversion. The library is the libcublas CuPy loaded (its path given to setup_cublas).
+using SetStreamFn = int (*)(void*, void*);
+using GemmExFn = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
+                         const void*, int, int, const void*, void*, int, int, int, int);
+using GemmBatchedFn = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int,
+                              long long, const void*, int, int, long long, const void*, void*,
+                              int, int, long long, int, int, int);
+SetStreamFn g_set_stream = nullptr;
+GemmExFn g_gemm = nullptr;
+GemmBatchedFn g_gemm_batched = nullptr;
+
+// setup_cublas(path): load the functions from the library at `path`.
+PyObject* setup_cublas(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 1 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "setup_cublas(path)");
+        return nullptr;
+    }
+    void* lib = dlopen(PyUnicode_AsUTF8(args[0]), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+        PyErr_Format(PyExc_OSError, "cuBLAS could not be loaded: %s", dlerror());
+        return nullptr;
+    }
+    g_set_stream = reinterpret_cast<SetStreamFn>(dlsym(lib, "cublasSetStream_v2"));
+    g_gemm = reinterpret_cast<GemmExFn>(dlsym(lib, "cublasGemmEx"));
+    g_gemm_batched = reinterpret_cast<GemmBatchedFn>(dlsym(lib, "cublasGemmStridedBatchedEx"));
+    if (g_set_stream == nullptr || g_gemm == nullptr || g_gemm_batched == nullptr) {
+        g_set_stream = nullptr;
+        PyErr_SetString(PyExc_OSError, "cuBLAS lacks cublasGemmEx or cublasGemmStridedBatchedEx.");
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+}
+
+// gemm(handle, stream, op_b, op_a, n, m, k, b, ldb, stride_b, a, lda, stride_a, c, ldc,
+//      stride_c, batches, dtype, compute, double_scalars) -> the cuBLAS status (0: done).
+// Column-major C (n x m) = op(B) op(A) with alpha 1 and beta 0, one call or a strided batch.
+PyObject* gemm(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 20 || g_set_stream == nullptr) {
+        PyErr_SetString(PyExc_TypeError, "gemm(20 integers) after setup_cublas()");
+        return nullptr;
+    }
+    long long v[20];
+    for (int i = 0; i < 20; ++i) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return nullptr;
+    }
+    void* handle = reinterpret_cast<void*>(v[0]);
+    int status = g_set_stream(handle, reinterpret_cast<void*>(v[1]));
+    if (status != 0) return PyLong_FromLong(status);
+    const float one_f = 1.0f, zero_f = 0.0f;
+    const double one_d = 1.0, zero_d = 0.0;
+    const void* one = v[19] ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
+    const void* zero = v[19] ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
+    int op_b = int(v[2]), op_a = int(v[3]), nn = int(v[4]), m = int(v[5]), k = int(v[6]);
+    int dtype = int(v[17]), compute = int(v[18]);
+    const void* b = reinterpret_cast<const void*>(v[7]);
+    const void* a = reinterpret_cast<const void*>(v[10]);
+    void* c = reinterpret_cast<void*>(v[13]);
+    if (v[16] == 1) {
+        status = g_gemm(handle, op_b, op_a, nn, m, k, one, b, dtype, int(v[8]), a, dtype, int(v[11]),
+                        zero, c, dtype, int(v[14]), compute, -1);
+    } else {
+        status = g_gemm_batched(handle, op_b, op_a, nn, m, k, one, b, dtype, int(v[8]), v[9], a,
+                                dtype, int(v[11]), v[12], zero, c, dtype, int(v[14]), v[15],
+                                int(v[16]), compute, -1);
+    }
+    return PyLong_FromLong(status);
 }
 
 PyMethodDef methods[] = {
     {"setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setup)), METH_FASTCALL,
-     "setup(ndarray_type, current_stream, error_class): load the CUDA driver's launch "
-     "function; CuPy's array type, a function returning the current stream (its handle or "
-     "an object with .ptr), and the exception a failed launch raises."},
+     "setup(ndarray_type, current_stream, error_class, generic_type): load the CUDA driver's "
+     "launch function; CuPy's array type, a function returning the current stream (its "
+     "handle or an object with .ptr), the exception a failed launch raises, numpy.generic."},
+    {"setup_cublas", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setup_cublas)),
+     METH_FASTCALL, "setup_cublas(path): load cuBLAS's GEMMs from the library CuPy loaded."},
+    {"gemm", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(gemm)), METH_FASTCALL,
+     "gemm(handle, stream, op_b, op_a, n, m, k, b, ldb, stride_b, a, lda, stride_a, c, ldc, "
+     "stride_c, batches, dtype, compute, double_scalars) -> cuBLAS's status."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
@@ -541,6 +775,8 @@ NB_MODULE(_native, m) {
     s_base = PyUnicode_InternFromString("base");
     s_strides = PyUnicode_InternFromString("strides");
     s_name = PyUnicode_InternFromString("name");
+    s_kernel = PyUnicode_InternFromString("kernel");
+    s_shared_mem = PyUnicode_InternFromString("shared_mem");
     s_k_contiguous = PyUnicode_InternFromString("contiguous");
     s_k_native = PyUnicode_InternFromString("native");
     s_k_strided = PyUnicode_InternFromString("strided");
@@ -563,6 +799,24 @@ NB_MODULE(_native, m) {
     if (PyType_Ready(&LauncherType) < 0) throw nanobind::python_error();
     Py_INCREF(&LauncherType);
     if (PyModule_AddObject(m.ptr(), "Launcher", reinterpret_cast<PyObject*>(&LauncherType)) < 0)
+        throw nanobind::python_error();
+    RawFunctionType.tp_name = "lazyx.backends.cuda._native.RawFunction";
+    RawFunctionType.tp_basicsize = sizeof(RawFunction);
+    RawFunctionType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+    RawFunctionType.tp_vectorcall_offset = offsetof(RawFunction, vectorcall);
+    RawFunctionType.tp_call = PyVectorcall_Call;
+    RawFunctionType.tp_new = raw_new;
+    RawFunctionType.tp_traverse = raw_traverse;
+    RawFunctionType.tp_clear = raw_clear;
+    RawFunctionType.tp_dealloc = raw_dealloc;
+    RawFunctionType.tp_getattro = raw_getattro;
+    RawFunctionType.tp_setattro = raw_setattro;
+    RawFunctionType.tp_repr = raw_repr;
+    RawFunctionType.tp_doc = "A cupy.RawKernel launched from C++ (CuPy arrays and NumPy scalars); "
+                             "anything else, and its attributes, go to the RawKernel.";
+    if (PyType_Ready(&RawFunctionType) < 0) throw nanobind::python_error();
+    Py_INCREF(&RawFunctionType);
+    if (PyModule_AddObject(m.ptr(), "RawFunction", reinterpret_cast<PyObject*>(&RawFunctionType)) < 0)
         throw nanobind::python_error();
     if (PyModule_AddFunctions(m.ptr(), methods) < 0) throw nanobind::python_error();
 }

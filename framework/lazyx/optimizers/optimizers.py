@@ -14,7 +14,10 @@ The flow of one training step, ``optimizer.update(model, grads)``:
    model with ``model.update``. For a parameter of :data:`FUSE_MIN` elements or more,
    a built-in rule runs as one compiled function (one fused pass instead of an op per
    term: eager Adam's step on a 784-512-512-10 MLP went from 1.3x PyTorch's time to
-   1.05x); the numbers are the rule's, to float rounding.
+   1.05x); the numbers are the rule's, to float rounding. With a GPU as the default
+   device, every parameter updates in one compiled function (one CUDA graph for the
+   whole model, as PyTorch's fused "multi-tensor" Adam): the MLP's eager step on an H200
+   went from 429 to 638 steps/s with the other changes of that session.
 
 Everything the update reads or writes lives in ``optimizer.state``, a plain tree of
 arrays: it saves with ``mx.save_safetensors(path, dict(tree_flatten(opt.state)))``, loads
@@ -49,6 +52,17 @@ def _shape(shape) -> str:
 FUSE_MIN = 1 << 12
 
 _UNFUSABLE = object()
+
+
+def _fuses_all() -> bool:
+    """Whether an update runs as one compiled function for all parameters: on a GPU, where
+    a compiled call replays one CUDA graph and an eager op costs a launch (on the CPU a
+    parameter's fused kernel is worth its call only from FUSE_MIN elements)."""
+    return mx.default_device().type is mx.DeviceType.gpu
+
+
+class _NotFused(Exception):
+    """A parameter the all-parameter fused update does not take."""
 
 
 def _hyper_parameters(optimizer) -> tuple:
@@ -161,6 +175,10 @@ class Optimizer:
         # What every parameter's fused rule is keyed by, read once per update.
         self._fusion_key = (tuple(k for k, v in state.items() if isinstance(v, mx.array)),
                             _hyper_parameters(self))
+        if type(self).apply_single in _BUILT_IN_RULES and _fuses_all():
+            done = self._apply_all_fused(gradients, parameters, state)
+            if done is not None:
+                return done
         try:
             return tree_map_with_path(self._apply_checked, gradients, parameters, state)
         except LazyxError:
@@ -228,6 +246,71 @@ class Optimizer:
             return self.apply_single(gradient, parameter, state)
         state.update(zip(written, values))
         return new
+
+    def _apply_all_fused(self, gradients, parameters, state):
+        """The update of every parameter as one compiled function (a GPU's "multi-tensor"
+        update: one CUDA graph for the whole model, where :meth:`_apply_fused` replays one
+        per parameter and small parameters run op by op). None where anything does not fit
+        (a mismatched tree, a state that is not arrays, a rule that cannot be traced): the
+        per-parameter path then runs, with its errors."""
+        items = []
+
+        def collect(path, gradient, parameter, st):
+            if not isinstance(st, dict) or gradient.shape != parameter.shape or \
+                    not all(isinstance(v, mx.array) for v in st.values()):
+                raise _NotFused
+            items.append((gradient, parameter, st))
+
+        try:
+            tree_map_with_path(collect, gradients, parameters, state)
+        except Exception:  # noqa: BLE001 - whatever it is, the per-parameter path says it
+            return None
+        if not items:
+            return None
+        own, hyper = self._fusion_key
+        locals_ = tuple(tuple(sorted(st)) for _, _, st in items)
+        key = ("all", own, locals_, hyper)
+        fused = self._fused_rules
+        entry = fused.get(key)
+        if entry is None:
+            entry = fused[key] = self._fuse_all(own, locals_)
+        if entry is _UNFUSABLE:
+            return None
+        function, written = entry
+        try:
+            news, values = function([g for g, _, _ in items], [p for _, p, _ in items],
+                                    [[st[k] for k in keys] for (_, _, st), keys in zip(items, locals_)],
+                                    [self._state[k] for k in own])
+        except Exception:  # noqa: BLE001 - not traceable: the per-parameter path runs
+            fused[key] = _UNFUSABLE
+            return None
+        if any(n.shape != p.shape for n, (_, p, _) in zip(news, items)):
+            return None
+        for (_, _, st), keys, vals in zip(items, written, values):
+            st.update(zip(keys, vals))
+        it = iter(news)
+        return tree_map(lambda _: next(it), gradients)
+
+    def _fuse_all(self, own: tuple, locals_: tuple):
+        """``(compiled function, the state keys each parameter's rule writes)`` for
+        :meth:`_apply_all_fused`."""
+        written: list = []
+
+        def rule(gradients, parameters, local_values, own_values):
+            saved = self._state
+            self._state = dict(saved, **dict(zip(own, own_values)))
+            try:
+                news, outs, keys_out = [], [], []
+                for g, p, keys, vals in zip(gradients, parameters, locals_, local_values):
+                    st = dict(zip(keys, vals))
+                    news.append(self.apply_single(g, p, st))
+                    keys_out.append(sorted(st))
+                    outs.append([st[k] for k in keys_out[-1]])
+            finally:
+                self._state = saved
+            written[:] = keys_out
+            return news, outs
+        return mx.compile(rule), written
 
     def _fuse(self, own: tuple, local: list):
         """``(compiled function, the state keys it writes)`` for :meth:`_apply_fused`."""

@@ -513,11 +513,14 @@ def _param_name(fun, i: int) -> str:
         return ""
 
 
-def _diff_leaves(value, what: str, op: str):
-    """The array leaves of a differentiated argument (all leaves must be arrays)."""
+def _diff_leaves(value, what, op: str):
+    """The array leaves of a differentiated argument (all leaves must be arrays); ``what``
+    names it in the error (a string, or a function making it: only an error needs it)."""
     leaves, d = flatten(value)
     for j, x in enumerate(leaves):
         if type(x) is not _array and not isinstance(x, _array):
+            if callable(what):
+                what = what()
             path = leaf_paths(d)[j]
             where = f"{what}{path}" if path else what
             raise ArgumentError(f"[{op}] Cannot differentiate with respect to {where}: it is "
@@ -550,7 +553,7 @@ def _make_grad(fun, argnums, argnames, op: str, with_value: bool):
                 primals.append(a)
                 defs.append(None)
             else:
-                leaves, d = _diff_leaves(a, f"argument {i}{_param_name(fun, i)}", op)
+                leaves, d = _diff_leaves(a, lambda i=i: f"argument {i}{_param_name(fun, i)}", op)
                 primals.extend(leaves)
                 defs.append(d)
         for n in argnames:
