@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from lazyx import dtypes as dt
-from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast
+from lazyx.arguments import as_array, binary_operands, broadcast_shapes, cast, constant
 from lazyx.array import array, from_buffer, lazy, lazy_multi, native, node_maker
 from lazyx.codegen import ir
 from lazyx.device import current_stream, thread_state, to_stream
@@ -1179,12 +1179,15 @@ def _unary(cls, name, rule, doc):
 
 
 def _native_op(op, cls, table, arity):
-    """``op`` with its common case (arrays of one dtype and shape, no cast, no stream)
-    in the native module (framework/native/graph.cpp, ``ElementwiseOp``), which calls
+    """``op`` with its common case (arrays of one dtype and shape, or a floating array and
+    a Python float or int; no cast, no stream) in the native module (framework/native/graph.cpp, ``ElementwiseOp``), which calls
     ``op`` for everything else; ``op`` itself where that module is not built."""
     if native is None or node_maker(cls) is None:
         return op
-    return native.elementwise_op(op, cls, table, thread_state, arity)
+    # A binary op also takes a Python float or int with a floating array there (`x * 0.5`,
+    # `1 - x`): the scalar is the array's dtype (MLX's weak scalars), its cached constant.
+    return native.elementwise_op(op, cls, table, thread_state, arity,
+                                 constant if arity == 2 else None)
 
 
 def _input(a) -> array:

@@ -34,6 +34,7 @@
 #include <numpy/arrayobject.h>
 
 #include <unordered_map>
+#include <utility>
 #include <unordered_set>
 #include <vector>
 
@@ -519,8 +520,26 @@ struct ElementwiseOp {
     PyObject* cls;     // the primitive class (no parameters, no __init__: node() applies)
     PyObject* table;   // dict: dtype -> (cast to or None, output dtype) | None | message
     PyObject* tls;     // lazyx.device.thread_state (its `stream`: the current stream)
+    PyObject* constant;  // constant(value, dtype): a Python scalar's array; nullptr: none
     int arity;
 };
+
+PyObject* s_kind_attr = nullptr;  // interned "kind"
+std::unordered_map<PyObject*, bool> g_floating;  // lazyx dtype -> its kind is "f"
+
+// Whether lazyx dtype `d` is a floating type (read once per dtype; dtypes are singletons,
+// kept alive by the cache's reference).
+bool floating(PyObject* d) {
+    auto it = g_floating.find(d);
+    if (it != g_floating.end()) return it->second;
+    PyObject* k = PyObject_GetAttr(d, s_kind_attr);
+    bool f = k != nullptr && PyUnicode_Check(k) && PyUnicode_CompareWithASCIIString(k, "f") == 0;
+    Py_XDECREF(k);
+    PyErr_Clear();
+    Py_INCREF(d);
+    g_floating.emplace(d, f);
+    return f;
+}
 
 PyObject* s_wrapped = nullptr;
 PyObject* s_class = nullptr;
@@ -535,12 +554,32 @@ PyObject* op_fast(ElementwiseOp* self, PyObject* const* args, size_t nargsf, PyO
             return nullptr;
     }
     PyObject* a = args[0];
-    if (Py_TYPE(a) != g_array) return nullptr;
+    PyObject* b = n == 2 ? args[1] : nullptr;
+    PyObject* scalar = nullptr;  // a Python float or int operand's constant (a new reference)
+    if (Py_TYPE(a) != g_array) {
+        // A Python float or int before a floating array (`1 - x`): the array's dtype, as
+        // MLX's weak scalars; anything else is the Python function's.
+        if (b == nullptr || Py_TYPE(b) != g_array || self->constant == nullptr ||
+            !(PyFloat_CheckExact(a) || PyLong_CheckExact(a)) || !floating(slot(b, off_dtype)))
+            return nullptr;
+        std::swap(a, b);  // the array first; the order is restored for the inputs below
+        scalar = b;
+    }
     PyObject* dtype = slot(a, off_dtype);
     PyObject* shape = slot(a, off_shape);
-    if (n == 2) {
-        PyObject* b = args[1];
-        if (Py_TYPE(b) != g_array || slot(b, off_dtype) != dtype) return nullptr;
+    if (b != nullptr && scalar == nullptr && Py_TYPE(b) != g_array) {
+        if (self->constant == nullptr || !(PyFloat_CheckExact(b) || PyLong_CheckExact(b)) ||
+            !floating(dtype))
+            return nullptr;
+        scalar = b;
+    }
+    if (scalar != nullptr) {
+        PyObject* cargs[2] = {scalar, dtype};
+        scalar = PyObject_Vectorcall(self->constant, cargs, 2, nullptr);
+        if (scalar == nullptr) { PyErr_Clear(); return nullptr; }  // the Python path says why
+        if (Py_TYPE(scalar) != g_array) { Py_DECREF(scalar); return nullptr; }
+    } else if (b != nullptr) {
+        if (slot(b, off_dtype) != dtype) return nullptr;
         PyObject* sb = slot(b, off_shape);
         if (sb != shape) {
             int eq = PyObject_RichCompareBool(shape, sb, Py_EQ);
@@ -551,12 +590,24 @@ PyObject* op_fast(ElementwiseOp* self, PyObject* const* args, size_t nargsf, PyO
     if (r == nullptr || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 ||
         PyTuple_GET_ITEM(r, 0) != Py_None) {
         PyErr_Clear();
+        Py_XDECREF(scalar);
         return nullptr;
     }
     PyObject* stream = PyObject_GetAttr(self->tls, s_stream);
-    if (stream == nullptr) { PyErr_Clear(); return nullptr; }
-    if (stream == Py_None) { Py_DECREF(stream); return nullptr; }
-    PyObject* inputs = n == 2 ? PyTuple_Pack(2, args[0], args[1]) : PyTuple_Pack(1, args[0]);
+    if (stream == nullptr || stream == Py_None) {
+        PyErr_Clear();
+        Py_XDECREF(stream);
+        Py_XDECREF(scalar);
+        return nullptr;
+    }
+    PyObject* inputs;
+    if (scalar != nullptr) {  // in the call's order
+        inputs = Py_TYPE(args[0]) == g_array ? PyTuple_Pack(2, args[0], scalar)
+                                             : PyTuple_Pack(2, scalar, args[1]);
+        Py_DECREF(scalar);
+    } else {
+        inputs = n == 2 ? PyTuple_Pack(2, args[0], args[1]) : PyTuple_Pack(1, args[0]);
+    }
     if (inputs == nullptr) { Py_DECREF(stream); return nullptr; }
     PyObject* node_args[5] = {self->cls, stream, shape, PyTuple_GET_ITEM(r, 1), inputs};
     PyObject* out = node(nullptr, node_args, 5);
@@ -610,12 +661,14 @@ PyObject* op_repr(PyObject* self) { return PyObject_Repr(reinterpret_cast<Elemen
 int op_traverse(PyObject* self, visitproc visit, void* arg) {
     ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
     Py_VISIT(op->py_op); Py_VISIT(op->cls); Py_VISIT(op->table); Py_VISIT(op->tls);
+    Py_VISIT(op->constant);
     return 0;
 }
 
 int op_clear(PyObject* self) {
     ElementwiseOp* op = reinterpret_cast<ElementwiseOp*>(self);
     Py_CLEAR(op->py_op); Py_CLEAR(op->cls); Py_CLEAR(op->table); Py_CLEAR(op->tls);
+    Py_CLEAR(op->constant);
     return 0;
 }
 
@@ -627,14 +680,18 @@ void op_dealloc(PyObject* self) {
 
 PyTypeObject ElementwiseOpType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// elementwise_op(py_op, cls, table, thread_state, arity) -> the op function in front of py_op.
+// elementwise_op(py_op, cls, table, thread_state, arity[, constant]) -> the op function in
+// front of py_op; with `constant` (lazyx.arguments.constant), a binary op also takes a
+// Python float or int with a floating array in C++ (the scalar becomes the array's dtype).
 PyObject* elementwise_op(PyObject*, PyObject* const* args, Py_ssize_t n) {
     if (!ready()) return nullptr;
-    if (n != 5 || !PyCallable_Check(args[0]) || !PyType_Check(args[1]) ||
+    if ((n != 5 && n != 6) || !PyCallable_Check(args[0]) || !PyType_Check(args[1]) ||
         !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[1]), g_primitive) ||
-        !PyDict_Check(args[2]) || !PyLong_Check(args[4])) {
+        !PyDict_Check(args[2]) || !PyLong_Check(args[4]) ||
+        (n == 6 && args[5] != Py_None && !PyCallable_Check(args[5]))) {
         PyErr_SetString(PyExc_TypeError,
-                        "elementwise_op(py_op, primitive_class, table, thread_state, arity)");
+                        "elementwise_op(py_op, primitive_class, table, thread_state, arity"
+                        "[, constant])");
         return nullptr;
     }
     long arity = PyLong_AsLong(args[4]);
@@ -649,6 +706,8 @@ PyObject* elementwise_op(PyObject*, PyObject* const* args, Py_ssize_t n) {
     Py_INCREF(args[1]); op->cls = args[1];
     Py_INCREF(args[2]); op->table = args[2];
     Py_INCREF(args[3]); op->tls = args[3];
+    op->constant = n == 6 && args[5] != Py_None ? args[5] : nullptr;
+    Py_XINCREF(op->constant);
     op->arity = static_cast<int>(arity);
     PyObject_GC_Track(op);
     return reinterpret_cast<PyObject*>(op);
@@ -802,8 +861,8 @@ PyMethodDef methods[] = {
     {"node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(node)), METH_FASTCALL,
      "node(primitive_class, stream, shape, dtype, inputs) -> a new unevaluated array."},
     {"elementwise_op", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(elementwise_op)),
-     METH_FASTCALL, "elementwise_op(py_op, primitive_class, table, thread_state, arity) -> the op "
-     "function with its common case in C++, in front of py_op."},
+     METH_FASTCALL, "elementwise_op(py_op, primitive_class, table, thread_state, arity[, constant]) "
+     "-> the op function with its common case in C++, in front of py_op."},
     {"unevaluated_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(unevaluated_order)),
      METH_FASTCALL, "unevaluated_order(roots) -> the unevaluated nodes, inputs first."},
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
@@ -825,6 +884,7 @@ NB_MODULE(_graph, m) {
     s_small_limit = PyUnicode_InternFromString("small_limit");
     s_small_native = PyUnicode_InternFromString("small_native");
     s_donates = PyUnicode_InternFromString("donates");
+    s_kind_attr = PyUnicode_InternFromString("kind");
     s_device_outputs = PyUnicode_InternFromString("device_outputs");
     s_shape = PyUnicode_InternFromString("shape");
     s_dtype = PyUnicode_InternFromString("dtype");

@@ -26,9 +26,15 @@ def _operands():
     i = mx.array(np.arange(6, dtype=np.int32).reshape(2, 3) + 1)
     h = mx.array(np.linspace(1.0, 2.0, 3, dtype=np.float16))
     b = mx.array(np.array([[True, False, True], [False, True, True]]))
+    bf = mx.array(np.linspace(-1.0, 1.0, 3), dtype=mx.bfloat16)
     lazy_f = f * 1.5  # an unevaluated operand
-    return [(f, g), (f, f), (lazy_f, g), (i, i), (b, b), (f, g[0]), (f, 2.0), (3, i), (f, i),
-            (h, h), (f, h), (g, lazy_f)]
+    # Python floats and ints with a floating array are taken in C++ too (either side), the
+    # rest (an int array, a bool, a complex) by the Python function.
+    scalars = [(f, 2.0), (2.0, f), (f, 3), (3, f), (h, 0.5), (0.5, h), (bf, 3), (-1.5, bf),
+               (f, -0.0), (-0.0, f), (f, 1e40), (lazy_f, 0.25), (i, 0.5), (f, True), (f, 1j),
+               (f, float("nan"))]
+    return [(f, g), (f, f), (lazy_f, g), (i, i), (b, b), (f, g[0]), (3, i), (f, i),
+            (h, h), (f, h), (g, lazy_f)] + scalars
 
 
 def _same(got, want):
