@@ -109,8 +109,8 @@ class Target:
 
     def launch_plan(self, plan: Plan, inputs):
         """What a native launcher needs to run ``plan``'s kernel on ``inputs``' shapes
-        itself (see ``backends/cuda/native/launch.cpp``); None where it cannot (the
-        Python kernel runs those calls), False where this call cannot."""
+        and strides itself (see ``backends/cuda/native/launch.cpp``); None where it cannot
+        (the Python kernel runs those calls)."""
         return None
 
     def no_kernel(self, cls, inputs, reason) -> LazyxError:
@@ -277,7 +277,7 @@ def eager_kernel(target: Target, cls, fallback):
         return fallback(prim, inputs)
 
     def launch_plan(prim, inputs):
-        # The plan of this call's contiguous launch for a native launcher, or None.
+        # The plan of this call's launch for a native launcher, or None.
         entry = cached_program(programs, prim, inputs, with_params, program_of)
         if entry is None or entry in target.broken:
             return None
@@ -286,7 +286,7 @@ def eager_kernel(target: Target, cls, fallback):
     kernel.generated = True
     kernel.fallback = fallback
     # A parameterised primitive's program depends on its parameters, which a launcher's
-    # key (class, dtypes, shapes) does not see: only the others get one.
+    # key (class, dtypes, shapes, strides) does not see: only the others get one.
     kernel.launch_plan = None if with_params else launch_plan
     kernel.__name__ = f"{target.backend}_elementwise_{cls.name}"
     return kernel

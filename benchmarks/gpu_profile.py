@@ -182,12 +182,7 @@ def mlp_host(steps: int = 50):
     run, sync = G.lazyx_mlp(False)
     for _ in range(5):
         run()
-    sync()
-    t = time.perf_counter()
-    for _ in range(steps):
-        run()
-    sync()
-    wall = (time.perf_counter() - t) / steps
+    wall = _per_call(run, steps) / 1e6
     backend = lcuda._BACKEND
     total = collections.Counter()
     count = collections.Counter()

@@ -190,12 +190,12 @@ class CudaBackend(Backend):
     def prepare_kernel(self, fn):
         cp = cupy_module()
         nd = cp.ndarray
-        upload = self._uploads.get
+        upload = self.upload
 
         def kernel(prim, inputs):
             for i, x in enumerate(inputs):
                 if type(x) is not nd:
-                    inputs[i] = upload(x) if type(x) is np.ndarray else _to_device(x)
+                    inputs[i] = upload(x)
             return fn(prim, inputs)
         kernel.__wrapped__ = fn
         # Its outputs are device buffers (checked by _through_cupy where a NumPy kernel runs):
@@ -203,7 +203,7 @@ class CudaBackend(Backend):
         kernel.device_outputs = True
         # Generated element-wise kernels launch from C++ in the common case (.compiled).
         from . import compiled  # loaded with the kernels (_load): a dictionary lookup
-        return compiled.native_kernel(kernel, fn, self.upload)
+        return compiled.native_kernel(kernel, fn, upload)
 
     # -- buffers ----------------------------------------------------------------------
     def is_buffer(self, obj) -> bool:

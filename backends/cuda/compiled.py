@@ -62,7 +62,7 @@ _INT32 = 1 << 31
 class FusedKernel:
     """The CUDA source of one (program, scalar mask) and its compiled functions."""
 
-    __slots__ = ("program", "scalar", "source", "width", "_module", "_functions")
+    __slots__ = ("program", "scalar", "source", "width", "_module")
 
     def __init__(self, program, scalar):
         self.program = program
@@ -70,18 +70,15 @@ class FusedKernel:
         self.source = cuda.render(program, scalar)
         self.width = cuda.vector_width(program, scalar)
         self._module = None
-        self._functions = {}
 
     def function(self, name: str):
-        """The launchable kernel ``name`` (NVRTC compiles the source on first use)."""
-        fn = self._functions.get(name)
-        if fn is None:
-            if self._module is None:
-                self._module = CudaKernel(self.source, f"lazyx fused kernel {self.program.digest}",
-                                          options=cuda.OPTIONS)
-                stats["compiled"] += 1
-            fn = self._functions[name] = self._module.function(name)
-        return fn
+        """The launchable kernel ``name`` (NVRTC compiles the source on first use; the
+        module keeps its functions)."""
+        if self._module is None:
+            self._module = CudaKernel(self.source, f"lazyx fused kernel {self.program.digest}",
+                                      options=cuda.OPTIONS)
+            stats["compiled"] += 1
+        return self._module.function(name)
 
 
 _kernels: dict = {}

@@ -528,10 +528,14 @@ def _check_axis(p, ins, idx, n):
     def check(ext):
         lo, hi = ext[0]
         if lo < -n or hi >= n:
-            bad = lo if lo < -n else hi
-            raise np_indexing._out_of_range(
-                p, shapes, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
+            raise _axis_error(p, shapes, lo if lo < -n else hi, n)
     _defer(check, _extremes([idx]))
+
+
+def _axis_error(p, shapes, bad, n):
+    """The error of index ``bad`` along ``p.axis`` (of size ``n``)."""
+    return np_indexing._out_of_range(
+        p, shapes, f"index {bad} is out of bounds for axis {p.axis} with size {n}")
 
 
 def _gather(p, ins):
@@ -661,8 +665,7 @@ def _gather_axis(p, ins):
 
         def check(flag):
             if flag[0]:
-                raise np_indexing._out_of_range(
-                    p, shapes, f"index {flag[1]} is out of bounds for axis {p.axis} with size {n}")
+                raise _axis_error(p, shapes, flag[1], n)
         _defer(check, bad)
         return out
     _check_axis(p, ins, idx, n)

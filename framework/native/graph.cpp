@@ -55,7 +55,6 @@ PyObject* s_donates = nullptr;  // interned "donates", "device_outputs", "shape"
 PyObject* s_device_outputs = nullptr;
 PyObject* s_shape = nullptr;
 PyObject* s_dtype = nullptr;
-PyObject* g_no_donors = nullptr;  // ()
 
 // What a kernel declares for small inputs (lazyx.backend.Backend docs, "small_ufunc"):
 // for inputs that are all NumPy arrays of fewer than `limit` elements, the kernel is
@@ -403,44 +402,32 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t n) {
             // by this node alone, the array's buffer by the array alone, and no sibling of a
             // multi-output node: nothing can read that buffer after this node (as compile's
             // _donors decides for its plans; the kernel checks the buffer's own fitness).
-            PyObject* donors = nullptr;
+            Py_ssize_t dead[64];
+            Py_ssize_t nd = 0;
             if (ins_data != nullptr && info->donates && !keep &&
                 Py_REFCNT(slot(a, off_inputs)) == 1) {
-                for (Py_ssize_t i = 0; i < m && donors != g_no_donors; ++i) {
+                for (Py_ssize_t i = 0; i < m && i < 64; ++i) {
                     PyObject* x = ins[i];
-                    PyObject* d = slot(x, off_data);
-                    if (Py_REFCNT(x) != 1 || Py_REFCNT(d) != 1 || slot(x, off_siblings) != Py_None)
-                        continue;
-                    PyObject* pos = PyLong_FromSsize_t(i);
-                    if (pos == nullptr) { PyErr_Clear(); break; }
-                    if (donors == nullptr) donors = PyList_New(0);
-                    if (donors == nullptr || PyList_Append(donors, pos) < 0) {
-                        PyErr_Clear();
-                        Py_XDECREF(donors);
-                        donors = g_no_donors;  // borrowed: the loop stops
-                        Py_INCREF(donors);
-                    }
-                    Py_DECREF(pos);
+                    if (Py_REFCNT(x) == 1 && Py_REFCNT(slot(x, off_data)) == 1 &&
+                        slot(x, off_siblings) == Py_None)
+                        dead[nd++] = i;
                 }
             }
+            PyObject* donors = nd > 0 ? PyTuple_New(nd) : nullptr;  // the positions
+            for (Py_ssize_t j = 0; j < nd && donors != nullptr; ++j) {
+                PyObject* pos = PyLong_FromSsize_t(dead[j]);
+                if (pos == nullptr) Py_CLEAR(donors);
+                else PyTuple_SET_ITEM(donors, j, pos);
+            }
+            if (nd > 0 && donors == nullptr) PyErr_Clear();  // none then: the kernel allocates
             if (ins_data != nullptr) {
                 for (Py_ssize_t i = 0; i < m; ++i) {
                     PyObject* d = slot(ins[i], off_data);
                     Py_INCREF(d);
                     PyList_SET_ITEM(ins_data, i, d);
                 }
-                if (donors != nullptr && donors != g_no_donors) {
-                    PyObject* t = PyList_AsTuple(donors);
-                    Py_DECREF(donors);
-                    donors = t;
-                }
-                if (donors != nullptr && donors != g_no_donors) {
-                    PyObject* call[3] = {prim, ins_data, donors};
-                    out = PyObject_Vectorcall(kernel, call, 3, nullptr);
-                } else {
-                    PyObject* call[2] = {prim, ins_data};
-                    out = PyObject_Vectorcall(kernel, call, 2, nullptr);
-                }
+                PyObject* call[3] = {prim, ins_data, donors};
+                out = PyObject_Vectorcall(kernel, call, donors != nullptr ? 3 : 2, nullptr);
                 Py_DECREF(ins_data);
             }
             Py_XDECREF(donors);
@@ -888,7 +875,6 @@ NB_MODULE(_graph, m) {
     s_device_outputs = PyUnicode_InternFromString("device_outputs");
     s_shape = PyUnicode_InternFromString("shape");
     s_dtype = PyUnicode_InternFromString("dtype");
-    g_no_donors = PyTuple_New(0);
     s_wrapped = PyUnicode_InternFromString("__wrapped__");
     s_class = PyUnicode_InternFromString("__class__");
     s_keys = PyUnicode_InternFromString("keys");

@@ -11,8 +11,7 @@
 // device copies). A call is looked up by (primitive class, the primitive's `key_attr`
 // object when given, each input's dtype, shape and strides). The first call of a key asks
 // `planner(prim, inputs)`, which returns None (this key always runs `fallback`: a layout
-// only the Python path's copies can run), False (this call runs `fallback`, the key is
-// asked again) or
+// only the Python path's copies can run) or
 //   (function pointer, grid, block, element count, scalar mask, full mask, output shape,
 //    output dtypes, strided)
 // with `strided` None for `lx_contiguous(inputs..., outputs..., long long n)` or (nd,
@@ -34,6 +33,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -69,6 +69,9 @@ PyObject* s_k_donated = nullptr;
 
 constexpr Py_ssize_t MAX_ARGS = 32;  // inputs + outputs of one launch
 
+// One key's plan. It holds references to its Python objects (released with it); the
+// cache and each call running it share it, so a call whose Python (an allocation) lets
+// another thread clear the cache still has the objects it reads.
 struct Entry {
     bool runs = false;  // false: the key runs the fallback
     CUfunction fn = nullptr;
@@ -82,34 +85,16 @@ struct Entry {
     PyObject* shape = nullptr;      // the outputs' shape (a tuple)
     std::vector<PyObject*> dtypes;  // the outputs' dtypes
     std::vector<PyObject*> held;    // the key's objects, kept alive while the entry is
-};
 
-// An entry's launch, copied with new references to its objects (released on return).
-struct Held {
-    CUfunction fn;
-    unsigned grid, block;
-    long long n;
-    uint64_t scalar, full;
-    int nd;
-    uint64_t layout;
-    PyObject* layout_owner;
-    PyObject* shape;
-    std::vector<PyObject*> dtypes;
-    explicit Held(const Entry& e)
-        : fn(e.fn), grid(e.grid), block(e.block), n(e.n), scalar(e.scalar), full(e.full),
-          nd(e.nd), layout(e.layout), layout_owner(e.layout_owner), shape(e.shape),
-          dtypes(e.dtypes) {
-        Py_XINCREF(layout_owner);
-        Py_XINCREF(shape);
-        for (PyObject* d : dtypes) Py_INCREF(d);
-    }
-    ~Held() {
-        Py_XDECREF(layout_owner);
+    Entry() = default;
+    Entry(const Entry&) = delete;
+    Entry& operator=(const Entry&) = delete;
+    ~Entry() {
         Py_XDECREF(shape);
-        for (PyObject* d : dtypes) Py_DECREF(d);
+        Py_XDECREF(layout_owner);
+        for (PyObject* o : dtypes) Py_DECREF(o);
+        for (PyObject* o : held) Py_DECREF(o);
     }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
 };
 
 struct KeyHash {
@@ -120,7 +105,7 @@ struct KeyHash {
     }
 };
 
-using Cache = std::unordered_map<std::vector<intptr_t>, Entry, KeyHash>;
+using Cache = std::unordered_map<std::vector<intptr_t>, std::shared_ptr<Entry>, KeyHash>;
 
 struct Launcher {
     PyObject_HEAD
@@ -134,18 +119,9 @@ struct Launcher {
     Cache* cache;
 };
 
-void release(Entry& e) {
-    Py_CLEAR(e.shape);
-    Py_CLEAR(e.layout_owner);
-    for (PyObject* o : e.dtypes) Py_DECREF(o);
-    for (PyObject* o : e.held) Py_DECREF(o);
-    e.dtypes.clear();
-    e.held.clear();
-}
-
 void clear_cache(Cache* c) {
-    for (auto& kv : *c) release(kv.second);
-    c->clear();
+    Cache old;
+    old.swap(*c);  // the entries' references go after the cache is empty again
 }
 
 void count(Launcher* self, PyObject* key, long long by) {
@@ -195,15 +171,13 @@ void launch_failed(CUresult rc, const char* what, PyObject* obj) {
     Py_DECREF(head);
 }
 
-// The planner's answer for a key, stored in `e`: -1 with an error set if it raised, 0 for
-// "not now" (False: this call runs the fallback, the key is asked again), 1 for a plan or
-// None (the key always runs the fallback).
-int plan(Launcher* self, PyObject* prim, PyObject* inputs, Entry& e) {
+// The planner's answer for a key, stored in `e` (None: `e.runs` stays false, the key runs
+// the fallback); false with an error set if the planner raised.
+bool plan(Launcher* self, PyObject* prim, PyObject* inputs, Entry& e) {
     PyObject* call[2] = {prim, inputs};
     PyObject* r = PyObject_Vectorcall(self->planner, call, 2, nullptr);
-    if (r == nullptr) return -1;
-    if (r == Py_False) { Py_DECREF(r); return 0; }
-    if (r == Py_None) { Py_DECREF(r); return 1; }
+    if (r == nullptr) return false;
+    if (r == Py_None) { Py_DECREF(r); return true; }
     PyObject *fn, *grid, *block, *n, *scalar, *full, *shape, *dtypes, *strided;
     if (!PyArg_ParseTuple(r, "OOOOOOOOO", &fn, &grid, &block, &n, &scalar, &full, &shape,
                           &dtypes, &strided) ||
@@ -212,7 +186,7 @@ int plan(Launcher* self, PyObject* prim, PyObject* inputs, Entry& e) {
         Py_DECREF(r);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "Launcher: the planner returned a malformed plan.");
-        return -1;
+        return false;
     }
     e.fn = reinterpret_cast<CUfunction>(PyLong_AsVoidPtr(fn));
     e.grid = static_cast<unsigned>(PyLong_AsUnsignedLong(grid));
@@ -228,7 +202,7 @@ int plan(Launcher* self, PyObject* prim, PyObject* inputs, Entry& e) {
             e.layout_owner = owner;
         }
     }
-    if (PyErr_Occurred()) { Py_DECREF(r); return -1; }
+    if (PyErr_Occurred()) { Py_DECREF(r); return false; }
     Py_INCREF(shape);
     e.shape = shape;
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(dtypes); ++j) {
@@ -238,7 +212,7 @@ int plan(Launcher* self, PyObject* prim, PyObject* inputs, Entry& e) {
     }
     e.runs = e.n > 0 && !e.dtypes.empty();
     Py_DECREF(r);
-    return 1;
+    return true;
 }
 
 // The inputs of one call as device arrays: host arrays (a Python scalar's 0-d array, a
@@ -331,24 +305,21 @@ PyObject* launcher_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyO
         PyObject* seen = PyList_New(m);
         if (seen == nullptr) return nullptr;
         for (Py_ssize_t i = 0; i < m; ++i) { Py_INCREF(ins[i]); PyList_SET_ITEM(seen, i, ins[i]); }
-        Entry e;
-        int r = plan(self, prim, seen, e);
+        auto made = std::make_shared<Entry>();
+        bool planned = plan(self, prim, seen, *made);
         Py_DECREF(seen);
-        if (r < 0) { release(e); return nullptr; }
-        if (r == 0) { release(e); return run_fallback(self, prim, inputs); }
+        if (!planned) return nullptr;
         PyObject* hold = reinterpret_cast<PyObject*>(Py_TYPE(prim));
         Py_INCREF(hold);
-        e.held.push_back(hold);
-        if (kobj != nullptr) { Py_INCREF(kobj); e.held.push_back(kobj); }
-        for (Py_ssize_t i = 0; i < m; ++i) { Py_INCREF(dtypes[i]); e.held.push_back(dtypes[i]); }
-        it = self->cache->emplace(std::move(key), std::move(e)).first;
+        made->held.push_back(hold);
+        if (kobj != nullptr) { Py_INCREF(kobj); made->held.push_back(kobj); }
+        for (Py_ssize_t i = 0; i < m; ++i) { Py_INCREF(dtypes[i]); made->held.push_back(dtypes[i]); }
+        it = self->cache->emplace(std::move(key), std::move(made)).first;
     }
-    if (!it->second.runs || m + static_cast<Py_ssize_t>(it->second.dtypes.size()) + 1 > MAX_ARGS)
-        return run_fallback(self, prim, inputs);
-    // A copy of the entry that holds its objects: the calls below may run Python, and so
-    // another thread that clears the cache.
-    Held e(it->second);
+    const std::shared_ptr<Entry> held = it->second;  // see Entry
+    const Entry& e = *held;
     Py_ssize_t nout = static_cast<Py_ssize_t>(e.dtypes.size());
+    if (!e.runs || m + nout + 1 > MAX_ARGS) return run_fallback(self, prim, inputs);
     uint64_t ptrs[MAX_ARGS];
     for (Py_ssize_t i = 0; i < m; ++i)
         if (!address(ins[i], &ptrs[i])) return nullptr;
@@ -765,6 +736,21 @@ PyMethodDef methods[] = {
      "stride_c, batches, dtype, compute, double_scalars) -> cuBLAS's status."},
     {nullptr, nullptr, 0, nullptr}};
 
+// Ready `t` (its own slots set) as a garbage-collected vectorcall type named `name` (the last
+// dotted part is its name in module `m`) and add it to `m`.
+void add_type(PyObject* m, PyTypeObject& t, const char* name, Py_ssize_t size,
+              Py_ssize_t vectorcall_offset) {
+    t.tp_name = name;
+    t.tp_basicsize = size;
+    t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
+    t.tp_vectorcall_offset = vectorcall_offset;
+    t.tp_call = PyVectorcall_Call;
+    if (PyType_Ready(&t) < 0) throw nanobind::python_error();
+    Py_INCREF(&t);
+    if (PyModule_AddObject(m, std::strrchr(name, '.') + 1, reinterpret_cast<PyObject*>(&t)) < 0)
+        throw nanobind::python_error();
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -781,12 +767,7 @@ NB_MODULE(_native, m) {
     s_k_native = PyUnicode_InternFromString("native");
     s_k_strided = PyUnicode_InternFromString("strided");
     s_k_donated = PyUnicode_InternFromString("donated");
-    LauncherType.tp_name = "lazyx.backends.cuda._native.Launcher";
-    LauncherType.tp_basicsize = sizeof(Launcher);
-    LauncherType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-    LauncherType.tp_vectorcall_offset = offsetof(Launcher, vectorcall);
     LauncherType.tp_dictoffset = offsetof(Launcher, dict);
-    LauncherType.tp_call = PyVectorcall_Call;
     LauncherType.tp_new = launcher_new;
     LauncherType.tp_traverse = launcher_traverse;
     LauncherType.tp_clear = launcher_clear;
@@ -796,15 +777,8 @@ NB_MODULE(_native, m) {
     LauncherType.tp_setattro = PyObject_GenericSetAttr;
     LauncherType.tp_doc = "A cuda kernel launching generated element-wise kernels from C++, in "
                           "front of a Python kernel (fallback).";
-    if (PyType_Ready(&LauncherType) < 0) throw nanobind::python_error();
-    Py_INCREF(&LauncherType);
-    if (PyModule_AddObject(m.ptr(), "Launcher", reinterpret_cast<PyObject*>(&LauncherType)) < 0)
-        throw nanobind::python_error();
-    RawFunctionType.tp_name = "lazyx.backends.cuda._native.RawFunction";
-    RawFunctionType.tp_basicsize = sizeof(RawFunction);
-    RawFunctionType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL;
-    RawFunctionType.tp_vectorcall_offset = offsetof(RawFunction, vectorcall);
-    RawFunctionType.tp_call = PyVectorcall_Call;
+    add_type(m.ptr(), LauncherType, "lazyx.backends.cuda._native.Launcher", sizeof(Launcher),
+             offsetof(Launcher, vectorcall));
     RawFunctionType.tp_new = raw_new;
     RawFunctionType.tp_traverse = raw_traverse;
     RawFunctionType.tp_clear = raw_clear;
@@ -814,9 +788,7 @@ NB_MODULE(_native, m) {
     RawFunctionType.tp_repr = raw_repr;
     RawFunctionType.tp_doc = "A cupy.RawKernel launched from C++ (CuPy arrays and NumPy scalars); "
                              "anything else, and its attributes, go to the RawKernel.";
-    if (PyType_Ready(&RawFunctionType) < 0) throw nanobind::python_error();
-    Py_INCREF(&RawFunctionType);
-    if (PyModule_AddObject(m.ptr(), "RawFunction", reinterpret_cast<PyObject*>(&RawFunctionType)) < 0)
-        throw nanobind::python_error();
+    add_type(m.ptr(), RawFunctionType, "lazyx.backends.cuda._native.RawFunction",
+             sizeof(RawFunction), offsetof(RawFunction, vectorcall));
     if (PyModule_AddFunctions(m.ptr(), methods) < 0) throw nanobind::python_error();
 }

@@ -226,26 +226,10 @@ class Optimizer:
         the rules of this module are fused: a subclass's own ``apply_single`` may draw
         random numbers or have side effects that one trace would freeze.
         """
-        own, hyper = self._fusion_key
-        local = sorted(state)
-        if not all(isinstance(state[k], mx.array) for k in local):
+        if not all(isinstance(v, mx.array) for v in state.values()):
             return self.apply_single(gradient, parameter, state)
-        key = (own, tuple(local), hyper)
-        fused = self._fused_rules
-        entry = fused.get(key)
-        if entry is None:
-            entry = fused[key] = self._fuse(own, local)
-        if entry is _UNFUSABLE:
-            return self.apply_single(gradient, parameter, state)
-        function, written = entry
-        try:
-            new, values = function(gradient, parameter, [state[k] for k in local],
-                                   [self._state[k] for k in own])
-        except Exception:  # noqa: BLE001 - not traceable here: the plain rule runs (and
-            fused[key] = _UNFUSABLE  # raises, with its own error, if the inputs are wrong)
-            return self.apply_single(gradient, parameter, state)
-        state.update(zip(written, values))
-        return new
+        news = self._run_fused("one", [(gradient, parameter, state)])
+        return self.apply_single(gradient, parameter, state) if news is None else news[0]
 
     def _apply_all_fused(self, gradients, parameters, state):
         """The update of every parameter as one compiled function (a GPU's "multi-tensor"
@@ -267,13 +251,25 @@ class Optimizer:
             return None
         if not items:
             return None
+        news = self._run_fused("all", items)
+        if news is None or any(n.shape != p.shape for n, (_, p, _) in zip(news, items)):
+            return None
+        it = iter(news)
+        return tree_map(lambda _: next(it), gradients)
+
+    def _run_fused(self, kind: str, items: list):
+        """The new parameters of ``items`` (``(gradient, parameter, state)``, the states
+        dicts of arrays) from one compiled function of the rule over all of them, their
+        states updated; None where the rule cannot be traced. The function is kept per
+        ``kind`` (``"one"``: :meth:`_apply_fused`, ``"all"``: :meth:`_apply_all_fused`),
+        optimizer state, the items' state keys and the plain hyper-parameters."""
         own, hyper = self._fusion_key
         locals_ = tuple(tuple(sorted(st)) for _, _, st in items)
-        key = ("all", own, locals_, hyper)
+        key = (kind, own, locals_, hyper)
         fused = self._fused_rules
         entry = fused.get(key)
         if entry is None:
-            entry = fused[key] = self._fuse_all(own, locals_)
+            entry = fused[key] = self._fuse(own, locals_)
         if entry is _UNFUSABLE:
             return None
         function, written = entry
@@ -281,19 +277,16 @@ class Optimizer:
             news, values = function([g for g, _, _ in items], [p for _, p, _ in items],
                                     [[st[k] for k in keys] for (_, _, st), keys in zip(items, locals_)],
                                     [self._state[k] for k in own])
-        except Exception:  # noqa: BLE001 - not traceable: the per-parameter path runs
-            fused[key] = _UNFUSABLE
-            return None
-        if any(n.shape != p.shape for n, (_, p, _) in zip(news, items)):
+        except Exception:  # noqa: BLE001 - not traceable here: the plain rule runs (and
+            fused[key] = _UNFUSABLE  # raises, with its own error, if the inputs are wrong)
             return None
         for (_, _, st), keys, vals in zip(items, written, values):
             st.update(zip(keys, vals))
-        it = iter(news)
-        return tree_map(lambda _: next(it), gradients)
+        return news
 
-    def _fuse_all(self, own: tuple, locals_: tuple):
+    def _fuse(self, own: tuple, locals_: tuple):
         """``(compiled function, the state keys each parameter's rule writes)`` for
-        :meth:`_apply_all_fused`."""
+        :meth:`_run_fused`."""
         written: list = []
 
         def rule(gradients, parameters, local_values, own_values):
@@ -310,22 +303,6 @@ class Optimizer:
                 self._state = saved
             written[:] = keys_out
             return news, outs
-        return mx.compile(rule), written
-
-    def _fuse(self, own: tuple, local: list):
-        """``(compiled function, the state keys it writes)`` for :meth:`_apply_fused`."""
-        written: list = []
-
-        def rule(gradient, parameter, local_values, own_values):
-            saved = self._state
-            self._state = dict(saved, **dict(zip(own, own_values)))
-            try:
-                st = dict(zip(local, local_values))
-                new = self.apply_single(gradient, parameter, st)
-            finally:
-                self._state = saved
-            written[:] = sorted(st)
-            return new, [st[k] for k in written]
         return mx.compile(rule), written
 
     @staticmethod
