@@ -17,6 +17,12 @@
 3. **Eager tiny-op cost**: a chain of 200 element-wise ops on 16 float32 values, per op,
    waited for at the end (lazyx, PyTorch, CuPy).
 
+lazyx's eager rows run as a user's program does, with eager replay on (the default on a
+GPU: ``lazyx.transforms.replay``, a repeated eager graph runs as one CUDA graph); the
+rows marked "replay off" run the same program node by node (``LAZYX_EAGER_REPLAY=0``),
+one kernel launch per node. The GPU is warmed up first (a fresh machine idles at a low
+clock).
+
 Timings are the fastest of a few repeats. Run: ``python benchmarks/gpu_training.py``.
 """
 
@@ -172,6 +178,31 @@ def torch_lm(torch, compiled: bool):
     return run, torch.cuda.synchronize
 
 
+def _replay_off(run):
+    """``run`` with eager replay off while it runs (one kernel launch per node)."""
+    from lazyx.transforms import replay
+
+    def off():
+        old = replay.set_mode("0")
+        try:
+            return run()
+        finally:
+            replay.set_mode(old)
+    return off
+
+
+def _warm_up() -> None:
+    """Half a second of matrix products: the GPU leaves its idle clock."""
+    import lazyx.core as mx
+    with mx.stream(mx.gpu):
+        x = mx.ones((4096, 4096)) * 1e-3
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.5:
+            x = mx.tanh(x @ x)
+            mx.eval(x)
+        mx.synchronize()
+
+
 def tiny_ops(peers):
     x0 = np.linspace(0.5, 1.5, 16, dtype=np.float32)
     c0 = np.full(16, 0.5, np.float32)
@@ -189,6 +220,7 @@ def tiny_ops(peers):
                     y = y + c
                 mx.eval(y)
         out["lazyx"] = (lz, mx.synchronize)
+        out["lazyx, replay off"] = (_replay_off(lz), mx.synchronize)
     if "torch" in peers:
         torch = peers["torch"]
         tx, tc = torch.from_numpy(x0).cuda(), torch.from_numpy(c0).cuda()
@@ -219,10 +251,13 @@ def main() -> None:
             peers["torch"] = torch
     except ImportError:
         pass
+    _warm_up()
     rows = {}
     for compiled in (False, True):
         run, sync = lazyx_mlp(compiled)
         rows[f"lazyx {'compiled' if compiled else 'eager'}"] = 1.0 / _best(run, sync, 200)
+    run, sync = lazyx_mlp(False)
+    rows["lazyx eager, replay off"] = 1.0 / _best(_replay_off(run), sync, 200)
     if "torch" in peers:
         run, sync = torch_mlp(peers["torch"], False)
         rows["PyTorch eager"] = 1.0 / _best(run, sync, 200)
@@ -242,6 +277,8 @@ def main() -> None:
     for compiled in (False, True):
         run, sync = lazyx_lm(compiled)
         lm[f"lazyx {'compiled' if compiled else 'eager'}"] = tokens / _best(run, sync, 20, 3)
+    run, sync = lazyx_lm(False)
+    lm["lazyx eager, replay off"] = tokens / _best(_replay_off(run), sync, 20, 3)
     if "torch" in peers:
         run, sync = torch_lm(peers["torch"], False)
         lm["PyTorch eager"] = tokens / _best(run, sync, 20, 3)

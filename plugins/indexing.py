@@ -158,6 +158,7 @@ class _Strided(Primitive):
     (``-1`` where a negative stride runs through index 0) and ``strides``."""
 
     __slots__ = ("start_indices", "end_indices", "strides", "_key")
+    derived_slots = ("_key",)
     start_indices: tuple[int, ...]
     end_indices: tuple[int, ...]
     strides: tuple[int, ...]
@@ -249,6 +250,7 @@ class Gather(Primitive):
     docstring) name the index arrays by input position."""
 
     __slots__ = ("entries", "_template", "_places", "_take_axis", "_take_rest")
+    derived_slots = ("_template", "_places", "_take_axis", "_take_rest")
     entries: tuple[IndexEntry, ...]
     # The index arrays' shapes are read at each call; slice entries keep their traced
     # bounds, as MLX's Gather keeps its slice sizes in a shapeless compile.
@@ -321,6 +323,7 @@ class Scatter(SameShape):
     """
 
     __slots__ = ("entries", "reduce", "_template", "_places")
+    derived_slots = ("_template", "_places")
     entries: tuple[IndexEntry, ...]
     reduce: Literal["add", "prod", "max", "min"] | None
 

@@ -93,6 +93,7 @@ class Reshape(FixedShape, _Reshaping):
     from the size at each call (the kernel reshapes to :attr:`target`)."""
 
     __slots__ = ("shape", "infer", "_target")
+    derived_slots = ("_target",)
     shape: Shape
     infer: int
 
@@ -159,6 +160,7 @@ class Unflatten(_Reshaping):
     axis's size when a shapeless compile replays it (:attr:`target` keeps the ``-1``)."""
 
     __slots__ = ("axis", "shape", "infer", "_target")
+    derived_slots = ("_target",)
     axis: Axis
     shape: Shape
     infer: int

@@ -11,7 +11,9 @@ one upload of a small copy table and one graph launch, whatever the number of ar
 Per compiled function and input signature (shapes and dtypes; the device):
 
 1. **First call**: the plan runs as usual. It builds what a capture must not build:
-   NVRTC kernels, cuBLAS and cuDNN plans, workspaces.
+   NVRTC kernels, cuBLAS and cuDNN plans, workspaces. (An eager graph replayed by
+   ``lazyx.transforms.replay`` skips this: its nodes ran one by one just before, which
+   built all of it; its entry says ``prebuilt``.)
 2. **Second call**: capture. Static input buffers are allocated; the graph is a copy
    kernel (the call's inputs into the static inputs), the plan, and a copy kernel
    (the static outputs into the call's fresh buffers), both copy kernels reading
@@ -37,8 +39,6 @@ trace), calls run their plan. ``LAZYX_CUDA_GRAPHS=0`` turns graphs off.
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from lazyx import backend as _backend
@@ -47,6 +47,7 @@ from lazyx.environment import read_variable
 from lazyx.transforms.compile import CompiledCall
 from lazyx.transforms.compile import _donors as _compile_donors
 
+from . import _BACKEND
 from . import gemm as _gemm
 from . import runtime as _rt
 
@@ -78,7 +79,7 @@ class _Graph:
     """
 
     __slots__ = ("graph", "ins", "outs", "single", "pool", "stream", "tables", "checks",
-                 "statics", "table", "n_in", "ring", "turn", "last")
+                 "statics", "table", "n_in", "ring", "turn")
 
     def __init__(self, graph, ins, outs, single, pool, stream, tables, checks, table):
         self.graph, self.ins, self.outs, self.single = graph, ins, outs, single
@@ -91,11 +92,8 @@ class _Graph:
         self.n_in = len(ins)
         self.ring = []
         self.turn = 0
-        # Per input row: a weak reference to the buffer its static input last received.
-        # Arrays are immutable, so while that buffer lives the static input still holds
-        # its bytes, and a call passing it again copies nothing for that row (weights,
-        # constants: often most of a call's bytes).
-        self.last = [None] * len(ins)
+        # Every call copies every input: a buffer seen before need not hold the same
+        # bytes (an eager kernel may have written its output into it: donation).
 
     def slot(self):
         """A pinned host table no queued upload still reads, its fixed columns filled."""
@@ -195,8 +193,10 @@ def _capture(prim, inputs, tables):
         static_ins = [cp.empty(x.shape, x.dtype) for x in inputs]
     stream = cp.cuda.Stream(non_blocking=True)
     pending = _kernels().pending_checks()
-    if pending:  # run them now: a capture must not
-        _kernels().flush_index_checks()
+    # Checks queued before this call are set aside (running them would wait for the GPU)
+    # and put back ahead of the graph's own after the capture.
+    earlier = pending[:]
+    pending.clear()
     graph = None
     try:
         with cp.cuda.using_allocator(pool.malloc), stream:
@@ -213,6 +213,11 @@ def _capture(prim, inputs, tables):
                 single = type(outs) not in (tuple, list)
                 outs = [outs] if single else list(outs)
                 ok = all(type(o) is cp.ndarray for o in outs)
+                if ok:
+                    # The copy kernel copies bytes: a strided output (a transpose, a
+                    # reversed slice) is made contiguous, in the graph.
+                    outs = [o if o.flags.c_contiguous else cp.ascontiguousarray(o)
+                            for o in outs]
                 checks = pending[:]
                 if ok:
                     statics = outs + [ext for _, ext in checks]
@@ -225,10 +230,10 @@ def _capture(prim, inputs, tables):
         import traceback  # the cold path only
         where = "".join(traceback.format_exception(exc)[-4:])
         last_failure = f"{entry.label}: {type(exc).__name__}: {exc}\n{where}"
-        pending.clear()
+        pending[:] = earlier
         stats["uncapturable"] += 1
         return None
-    pending.clear()  # computed by the graph: queued again, copied, at every launch
+    pending[:] = earlier  # the graph's: queued again, copied, at every launch
     if not ok:
         last_failure = f"{entry.label}: an output is not a device buffer"
         stats["uncapturable"] += 1
@@ -255,7 +260,10 @@ def _donors(prim, inputs) -> dict:
 
 
 def _owns_cupy(buf) -> bool:
-    return type(buf) is _rt.cp.ndarray and buf.base is None and buf.flags.c_contiguous
+    # Not an upload of a host buffer: the backend's cache shares that copy (the caller's
+    # reference counts cannot tell: the cache, not the array, holds it).
+    return (type(buf) is _rt.cp.ndarray and buf.base is None and buf.flags.c_contiguous
+            and not _BACKEND.shares(buf))
 
 
 def _launch(g: _Graph, inputs, donors=None):
@@ -267,20 +275,11 @@ def _launch(g: _Graph, inputs, donors=None):
     slot = g.slot()
     host = slot[1]
     keep = []  # contiguous copies of strided inputs, alive until their row is queued
-    last = g.last
     sources, sizes = [], []  # the table's columns are written once each, not per row
-    for r, x in enumerate(inputs):
-        ref = last[r]
-        if ref is not None and ref() is x:  # the static input holds x's bytes already
-            sources.append(0)
-            sizes.append(0)
-            continue
-        if x.flags.c_contiguous:
-            last[r] = _weak(x)
-        else:  # a copy made for this call: never passed again
+    for x in inputs:
+        if not x.flags.c_contiguous:
             x = cp.ascontiguousarray(x)
             keep.append(x)
-            last[r] = None
         sources.append(x.data.ptr)
         sizes.append(x.nbytes)
     n_in = g.n_in
@@ -299,12 +298,7 @@ def _launch(g: _Graph, inputs, donors=None):
             else:
                 f = empty(o.shape, o.dtype)
             fresh.append(f)
-        if given:
-            stats["donated"] += len(given)
-            # Their bytes are about to change: a row that remembers one copies again.
-            for r, ref in enumerate(last):
-                if ref is not None and id(ref()) in given:
-                    last[r] = None
+        stats["donated"] += len(given)
     else:
         fresh = [empty(o.shape, o.dtype) for o in g.statics]
     n = n_in + len(fresh)
@@ -320,14 +314,6 @@ def _launch(g: _Graph, inputs, donors=None):
         for (check, _), ext in zip(g.checks, fresh[len(g.outs):]):
             k._defer(check, ext)
     return outs[0] if g.single else tuple(outs)
-
-
-def _weak(x):
-    """A weak reference to buffer ``x``, or None where its type takes none."""
-    try:
-        return weakref.ref(x)
-    except TypeError:
-        return None
 
 
 def _kernels():
@@ -348,10 +334,13 @@ def compiled_call_kernel(prim, inputs):
     key = (key, _rt.cp.cuda.Device().id)
     graphs = _graphs_of(entry)
     if entry._tables is not tables or entry._checked is not _scheduler.check_shape_rules:
-        out = prim.eval_gpu(inputs)  # (re)builds the plan: graphs of other tables are stale
         graphs.clear()
         graphs[key] = _WARM
-        return out
+        if not entry.prebuilt:
+            return prim.eval_gpu(inputs)  # (re)builds the plan and what it launches
+        # An eager graph's entry (lazyx.transforms.replay): its nodes just ran one by one,
+        # so their kernels and library plans exist; capture at once.
+        entry.rebuild(tables)
     g = graphs.get(key)
     if g is None:
         if len(graphs) >= MAX_GRAPHS:

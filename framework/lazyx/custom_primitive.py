@@ -95,6 +95,7 @@ class CustomPrimitive(Primitive):
 
     # The dtypes the node promised (one, or a tuple for several outputs).
     __slots__ = ("_dtypes",)
+    derived_slots = ("_dtypes",)
     _op: "PrimitiveOp" = None
 
     def keywords(self) -> dict:

@@ -170,6 +170,14 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "a warning (then `1`).",
         ("backends/cuda/graphs.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
+        "LAZYX_EAGER_REPLAY", "auto",
+        "Eager replay: an `eval` whose graph (at least 16 nodes) has the structure of an "
+        "earlier one runs as one compiled plan (a CUDA graph on the GPU), same kernels, same "
+        "results. `auto`: graphs on a GPU; `1`: graphs on any device; `0`: never. Read "
+        "once, at import (`lazyx.transforms.replay.set_mode` changes it); another value is "
+        "a warning (then `auto`).",
+        ("framework/lazyx/transforms/replay.py",), ("auto", "1", "0"), invalid="warning"),
+    EnvironmentVariable(
         "LAZYX_CUDNN_LEGACY", "unset: cuDNN's graph (backend) API",
         "`1`: convolutions use cuDNN's legacy API instead of its graph API; another "
         "value is a warning (then `0`).",

@@ -334,6 +334,12 @@ class Primitive:
     #: then refuses the function, naming the primitive, instead of replaying the
     #: node at other shapes.
     shapeless: bool = True
+    #: The private slots (names starting with ``_``) that hold only what the parameters
+    #: determine (a cache computed from them). Eager replay (``lazyx.transforms.replay``)
+    #: runs a node of one step with the primitive of an earlier step of the same
+    #: structure, so a primitive with other private state (a communicator, a callback)
+    #: is never replayed.
+    derived_slots: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

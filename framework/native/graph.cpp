@@ -291,6 +291,171 @@ PyObject* unevaluated_order(PyObject*, PyObject* const* args, Py_ssize_t n) {
     return order;
 }
 
+// structure(order, roots, classes, class_info) -> (parts, leaf_signature, kept, leaves)
+// or None: the structure of the graph of `order` (from unevaluated_order), for eager
+// replay (lazyx/transforms/replay.py, whose `_structure` is the reference and says
+// what each part is). `classes` is the dict {primitive class: parameter getter or
+// False}; `class_info(cls)` fills it for a class not in it. None: a node is not
+// replayed (its class refuses, or a stream differs from the first node's).
+PyObject* structure(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (!ready()) return nullptr;
+    if (n != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "structure(order: list, roots, classes: dict, class_info)");
+        return nullptr;
+    }
+    PyObject* order = args[0];
+    PyObject* classes = args[2];
+    PyObject* class_info = args[3];
+    Py_ssize_t nn = PyList_GET_SIZE(order);
+    if (nn == 0) Py_RETURN_NONE;
+    PyObject* rseq = PySequence_Fast(args[1], "structure: roots must be a sequence");
+    if (rseq == nullptr) return nullptr;
+    // Node outputs: code k * 65536 + j (k: node position, j: output position); leaves:
+    // -(number + 1).
+    std::unordered_map<PyObject*, long long> where;
+    std::unordered_map<PyObject*, Py_ssize_t> uses;
+    where.reserve(static_cast<size_t>(nn) * 3);
+    PyObject* leaves = PyList_New(0);
+    PyObject* parts = PyTuple_New(nn);
+    PyObject* result = nullptr;
+    PyObject* stream0 = nullptr;
+    auto fail = [&]() -> PyObject* {
+        Py_DECREF(rseq);
+        Py_XDECREF(leaves);
+        Py_XDECREF(parts);
+        return nullptr;
+    };
+    auto refuse = [&]() -> PyObject* {
+        Py_DECREF(rseq);
+        Py_XDECREF(leaves);
+        Py_XDECREF(parts);
+        Py_RETURN_NONE;
+    };
+    if (leaves == nullptr || parts == nullptr) return fail();
+    for (Py_ssize_t k = 0; k < nn; ++k) {
+        PyObject* a = PyList_GET_ITEM(order, k);
+        if (!is_array(a)) {
+            PyErr_SetString(PyExc_TypeError, "structure: order holds a non-array");
+            return fail();
+        }
+        PyObject* prim = slot(a, off_prim);
+        PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(prim));
+        if (!PyObject_TypeCheck(prim, g_primitive)) return refuse();
+        PyObject* getter = PyDict_GetItemWithError(classes, cls);  // borrowed
+        PyObject* owned = nullptr;
+        if (getter == nullptr) {
+            if (PyErr_Occurred()) return fail();
+            owned = getter = PyObject_CallOneArg(class_info, cls);
+            if (getter == nullptr) return fail();
+        }
+        if (getter == Py_False) { Py_XDECREF(owned); return refuse(); }
+        PyObject* stream = slot(prim, off_stream);
+        if (stream0 == nullptr) {
+            stream0 = stream;
+        } else if (stream != stream0) {
+            int eq = PyObject_RichCompareBool(stream, stream0, Py_EQ);
+            if (eq < 0) { Py_XDECREF(owned); return fail(); }
+            if (eq == 0) { Py_XDECREF(owned); return refuse(); }
+        }
+        PyObject* params = PyObject_CallOneArg(getter, prim);
+        Py_XDECREF(owned);
+        if (params == nullptr) return fail();
+        Py_ssize_t m;
+        PyObject** ins;
+        if (!inputs_of(a, &m, &ins)) { Py_DECREF(params); return fail(); }
+        PyObject* refs = PyTuple_New(m);
+        if (refs == nullptr) { Py_DECREF(params); return fail(); }
+        for (Py_ssize_t i = 0; i < m; ++i) {
+            PyObject* x = ins[i];
+            long long code;
+            auto it = where.find(x);
+            if (it == where.end()) {
+                code = -static_cast<long long>(PyList_GET_SIZE(leaves)) - 1;
+                if (PyList_Append(leaves, x) < 0) { Py_DECREF(params); Py_DECREF(refs); return fail(); }
+                where.emplace(x, code);
+            } else {
+                code = it->second;
+                if (code >= 0) ++uses[x];
+            }
+            PyObject* c = PyLong_FromLongLong(code);
+            if (c == nullptr) { Py_DECREF(params); Py_DECREF(refs); return fail(); }
+            PyTuple_SET_ITEM(refs, i, c);
+        }
+        PyObject* sib = slot(a, off_siblings);
+        PyObject* part;
+        if (sib == Py_None || !PyTuple_Check(sib)) {
+            where[a] = static_cast<long long>(k) * 65536;
+            part = PyTuple_Pack(5, cls, params, refs, slot(a, off_shape), slot(a, off_dtype));
+        } else {
+            Py_ssize_t ns = PyTuple_GET_SIZE(sib);
+            PyObject* outs = PyTuple_New(ns);
+            if (outs == nullptr) { Py_DECREF(params); Py_DECREF(refs); return fail(); }
+            for (Py_ssize_t j = 0; j < ns; ++j) {
+                PyObject* o = PyTuple_GET_ITEM(sib, j);
+                where[o] = static_cast<long long>(k) * 65536 + j;
+                PyObject* sd = PyTuple_Pack(2, slot(o, off_shape), slot(o, off_dtype));
+                if (sd == nullptr) { Py_DECREF(outs); Py_DECREF(params); Py_DECREF(refs); return fail(); }
+                PyTuple_SET_ITEM(outs, j, sd);
+            }
+            part = PyTuple_Pack(4, cls, params, refs, outs);
+            Py_DECREF(outs);
+        }
+        Py_DECREF(params);
+        Py_DECREF(refs);
+        if (part == nullptr) return fail();
+        PyTuple_SET_ITEM(parts, k, part);
+    }
+    // The kept outputs: asked for, or referenced by more than the graph's own references
+    // (the order list holds each node's first output; a siblings tuple each sibling; the
+    // graph's input tuples each use).
+    std::unordered_set<PyObject*> asked;
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(rseq); ++r)
+        asked.insert(PySequence_Fast_GET_ITEM(rseq, r));
+    PyObject* kept = PyList_New(0);
+    PyObject* leaf_sig = nullptr;
+    if (kept == nullptr) return fail();
+    for (Py_ssize_t k = 0; k < nn; ++k) {
+        PyObject* a = PyList_GET_ITEM(order, k);
+        PyObject* sib = slot(a, off_siblings);
+        bool single = sib == Py_None || !PyTuple_Check(sib);
+        Py_ssize_t ns = single ? 1 : PyTuple_GET_SIZE(sib);
+        for (Py_ssize_t j = 0; j < ns; ++j) {
+            PyObject* o = single ? a : PyTuple_GET_ITEM(sib, j);
+            auto u = uses.find(o);
+            Py_ssize_t base = (o == a ? 1 : 0) + (single ? 0 : 1) + (u == uses.end() ? 0 : u->second);
+            if (asked.count(o) || Py_REFCNT(o) > base) {
+                PyObject* kj = Py_BuildValue("(nn)", k, j);
+                if (kj == nullptr || PyList_Append(kept, kj) < 0) {
+                    Py_XDECREF(kj);
+                    Py_DECREF(kept);
+                    return fail();
+                }
+                Py_DECREF(kj);
+            }
+        }
+    }
+    Py_ssize_t nl = PyList_GET_SIZE(leaves);
+    leaf_sig = PyTuple_New(nl);
+    if (leaf_sig == nullptr) { Py_DECREF(kept); return fail(); }
+    for (Py_ssize_t i = 0; i < nl; ++i) {
+        PyObject* x = PyList_GET_ITEM(leaves, i);
+        PyObject* sig = PyTuple_Pack(3, slot(x, off_shape), slot(x, off_dtype),
+                                     reinterpret_cast<PyObject*>(Py_TYPE(slot(x, off_data))));
+        if (sig == nullptr) { Py_DECREF(kept); Py_DECREF(leaf_sig); return fail(); }
+        PyTuple_SET_ITEM(leaf_sig, i, sig);
+    }
+    PyObject* kept_t = PyList_AsTuple(kept);
+    Py_DECREF(kept);
+    if (kept_t == nullptr) { Py_DECREF(leaf_sig); return fail(); }
+    result = PyTuple_Pack(4, parts, leaf_sig, kept_t, leaves);
+    Py_DECREF(leaf_sig);
+    Py_DECREF(kept_t);
+    Py_DECREF(rseq);
+    Py_DECREF(leaves);
+    Py_DECREF(parts);
+    return result;
+}
+
 // Whether NumPy array `out` has exactly `shape` (a tuple of ints) and the dtype `want`.
 inline bool matches(PyObject* out, PyObject* shape, PyObject* want) {
     PyArrayObject* o = reinterpret_cast<PyArrayObject*>(out);
@@ -852,6 +1017,9 @@ PyMethodDef methods[] = {
      "-> the op function with its common case in C++, in front of py_op."},
     {"unevaluated_order", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(unevaluated_order)),
      METH_FASTCALL, "unevaluated_order(roots) -> the unevaluated nodes, inputs first."},
+    {"structure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(structure)),
+     METH_FASTCALL, "structure(order, roots, classes, class_info) -> (parts, leaf_signature, "
+     "kept, leaves) or None: an eager graph's structure (lazyx.transforms.replay)."},
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
      "run(order, tables, keep, check, finish, failed): run the nodes of order."},
     {"flatten", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(flatten)), METH_FASTCALL,

@@ -4,8 +4,10 @@
   on (backends/cuda/graphs.py): every call's results equal the plan's, with inputs
   that change between calls; the caller keeps its results across later replays; a new
   signature captures a new graph; a plan that reads a value to the host is not
-  captured and still gives the right numbers; an input passed again as the same array
-  is not copied again, a new array is.
+  captured and still gives the right numbers; an input passed again is copied again
+  (an eager kernel may have written into its buffer: donation).
+* Eager replay (lazyx.transforms.replay): a repeated eager training step becomes one
+  CUDA graph, bit for bit the node-by-node numbers.
 * Nothing makes the host wait for the GPU until a value is read: a training step,
   eager and compiled, reports no host synchronisation (the backend's hook), and runs
   to the end of its Python while a gate kernel holds the GPU (it would never return
@@ -15,6 +17,7 @@ Skipped where CUDA is not available (CI).
 """
 
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -72,9 +75,8 @@ def test_replays_give_the_plans_numbers_with_changing_inputs(graphs):
                                                                             graphs.last_failure)
 
 
-def test_inputs_passed_again_are_not_copied_again_and_new_ones_are(graphs):
-    # The same weight arrays every call (their static copies are reused), the input new;
-    # then a new w1 array (new values): the replay must read it, not the old copy.
+def test_inputs_passed_again_and_new_ones_give_their_values(graphs):
+    # The same weight arrays every call, the input new; then a new w1 array (new values).
     rng = np.random.default_rng(3)
     w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((32, 64), (64, 16)))
     f = mx.compile(lambda a, b, c: _mlp_fn(a, b, c))  # its own cache: no graph captured yet
@@ -89,6 +91,102 @@ def test_inputs_passed_again_are_not_copied_again_and_new_ones_are(graphs):
             np.testing.assert_allclose(np.asarray(y), _reference(w1.astype(np.float64), w2, x),
                                        rtol=2e-3, atol=2e-3)
     assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 5, graphs.stats
+
+
+def test_a_buffer_an_eager_kernel_wrote_into_is_copied_again(graphs):
+    """An eager op writes its result into a dead input's buffer (donation): the same
+    CuPy array object, new bytes. A replay given the new array must copy it again."""
+    rng = np.random.default_rng(4)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((32, 64), (64, 16)))
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    f = mx.compile(lambda a, b, c: _mlp_fn(a, b, c))
+    with mx.stream(mx.gpu):
+        d1, d2, dx = _dev(w1), _dev(w2), _dev(x)
+        for _ in range(3):  # run, capture, replay: d1's buffer copied into the graph
+            mx.eval(f(d1, d2, dx))
+        two = _dev(np.float32(2.0))  # on the device: an op with a host operand does not donate
+        buf = weakref.ref(d1._data)
+        d1 = d1 * two  # the old array dies with this node: its buffer takes the product
+        mx.eval(d1)
+        assert buf() is d1._data, "no donation: the hazard this test is about did not arise"
+        y = f(d1, d2, dx)
+        np.testing.assert_allclose(np.asarray(y), _reference(w1 * 2.0, w2, x), rtol=2e-3,
+                                   atol=2e-3)
+    assert graphs.stats["replays"] >= 2, graphs.stats
+
+
+def test_an_uploaded_host_buffer_is_never_donated(graphs):
+    """A compiled call's input made from host data is uploaded through the backend's cache,
+    which shares one device copy per host buffer (per value for a scalar). A replay may
+    write its output into a dead input's buffer, but never into such a shared copy."""
+    # Three nodes (a product, a sum, the fused rest: a graph is worth it); ``a`` is read
+    # once and last by the fused node, whose output has its shape: a donation candidate.
+    f = mx.compile(lambda a, b, w: (mx.sum(w @ w) * 0.0 + a * 2.0 + b) * 0.5)
+    host = np.linspace(-1, 1, 64).astype(np.float32)
+    with mx.stream(mx.gpu):
+        w = _dev(np.eye(4, dtype=np.float32))
+        b0, b1 = _dev(np.float32(3.0)), _dev(np.ones(64, np.float32))
+        for _ in range(5):
+            y0 = f(mx.array(np.float32(7.0)), b0, w)  # a 0-d host array: the cache by value
+            y1 = f(mx.array(host), b1, w)             # 256 bytes: the cache per host buffer
+            mx.eval(y0, y1)
+            np.testing.assert_array_equal(np.asarray(y0), np.float32(8.5))
+            np.testing.assert_allclose(np.asarray(y1), (host * 2 + 1) * 0.5, rtol=1e-6)
+        # The shared copies still hold their bytes.
+        np.testing.assert_array_equal(np.asarray(mx.array(np.float32(7.0)) + 0.0), 7.0)
+    assert graphs.stats["replays"] >= 4, graphs.stats
+
+
+def test_eager_training_is_replayed_as_one_graph_bit_for_bit(graphs):
+    from lazyx.transforms import replay
+
+    def train(mode):
+        old = replay.set_mode(mode)
+        try:
+            with mx.stream(mx.gpu):
+                model, opt, step, state, data = _training(False)
+                losses = []
+                for x, y in data:
+                    loss = step(x, y)
+                    mx.eval(loss, state)
+                    losses.append(np.asarray(loss).tobytes())
+                from lazyx.utils import tree_flatten
+                params = [np.asarray(v).tobytes() for _, v in tree_flatten(model.parameters())]
+        finally:
+            replay.set_mode(old)
+        return losses, params
+
+    plain = train("0")
+    before = dict(replay.stats)
+    got = train("auto")
+    assert got == plain
+    assert replay.stats["builds"] - before["builds"] >= 1
+    assert replay.stats["replays"] - before["replays"] >= 3
+    assert graphs.stats["captures"] >= 1 and graphs.stats["replays"] >= 3, (
+        graphs.stats, graphs.last_failure)
+
+
+def test_eager_replay_of_strided_outputs(graphs):
+    """Kept arrays that are views (a transpose, a reversed slice) of the graph's values."""
+    from lazyx.transforms import replay
+    rng = np.random.default_rng(5)
+    with mx.stream(mx.gpu):
+        for _ in range(5):
+            a = rng.standard_normal((6, 4)).astype(np.float32)
+            x = _dev(a)
+            y = x
+            for i in range(10):
+                y = mx.sin(y) * 1.5 + 0.25
+            t = mx.transpose(y)
+            r = y[::-1]
+            mx.eval(t, r)
+            want = a
+            for i in range(10):
+                want = np.sin(want) * 1.5 + 0.25
+            np.testing.assert_allclose(np.asarray(t), want.T, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(r), want[::-1], rtol=1e-5, atol=1e-5)
+    assert replay.stats["replays"] >= 1 and graphs.stats["replays"] >= 1, (
+        replay.stats, graphs.stats, graphs.last_failure)
 
 
 def test_a_new_signature_captures_a_new_graph(graphs):

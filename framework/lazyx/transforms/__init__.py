@@ -10,5 +10,6 @@ compose: ``grad(grad(f))``, ``vmap(grad(f))``, ``jvp(grad(f), ...)``.
 from .autodiff import grad, jvp, value_and_grad, vjp
 from .custom import checkpoint, custom_function
 from .vmap import vmap
+from . import replay as _replay  # noqa: F401  (installs eager replay in the scheduler)
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "custom_function", "checkpoint"]

@@ -611,6 +611,9 @@ class _Entry:
         self._checked = None
         self._shapes_memo: dict = {}
         self._derived: dict = {}
+        #: Whether what the plan launches was built before its first call (an eager
+        #: graph's entry: lazyx.transforms.replay); a backend may then skip a warm-up run.
+        self.prebuilt = False
 
     def call_prim(self, ins: tuple):
         """The primitive of one call on node inputs ``ins``: the shared one, or, when an
