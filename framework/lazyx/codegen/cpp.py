@@ -191,6 +191,10 @@ template <class To, class From> LX_FN To lx_cast(From x) {
   else if constexpr (lx_cplx<To>) return To((float)x, 0.0f);
   else if constexpr (lx_m::is_same_v<To, bool>) return x != From(0);
   else if constexpr (lx_m::is_floating_point_v<From> && lx_m::is_integral_v<To>) return lx_f2i<To>(x);
+  // A select, not a conversion of the byte: a loop of compare, cast and multiply (a
+  // mask's gradient) then vectorises.
+  else if constexpr (lx_m::is_same_v<From, bool> && lx_m::is_floating_point_v<To>)
+    return x ? To(1) : To(0);
   else return (To)x;
 }
 template <class T> LX_FN bool lx_nz(T a) { return a != T(0); }
