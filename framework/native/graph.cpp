@@ -360,6 +360,13 @@ PyObject* structure(PyObject*, PyObject* const* args, Py_ssize_t n) {
         PyObject* params = PyObject_CallOneArg(getter, prim);
         Py_XDECREF(owned);
         if (params == nullptr) return fail();
+        // An array among the parameters: not a key (it would be kept alive, and compared
+        // by value); the node is not replayed.
+        bool holds_array = is_array(params);
+        if (PyTuple_Check(params))
+            for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(params) && !holds_array; ++q)
+                holds_array = is_array(PyTuple_GET_ITEM(params, q));
+        if (holds_array) { Py_DECREF(params); return refuse(); }
         Py_ssize_t m;
         PyObject** ins;
         if (!inputs_of(a, &m, &ins)) { Py_DECREF(params); return fail(); }

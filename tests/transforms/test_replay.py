@@ -435,3 +435,62 @@ def test_a_graph_whose_entry_cannot_be_built_runs_node_by_node(monkeypatch):
         np.testing.assert_allclose(np.asarray(out), np_chain(a, a, 8), rtol=1e-5, atol=1e-5)
     assert delta(before) == {"builds": 0, "replays": 0}
     assert replay._NO in replay._cache.values()
+
+
+class _ArrayParam(Primitive):
+    """Adds its parameter ``other`` (an array: no key of a structure) to its input."""
+
+    __slots__ = ("other",)
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+    def eval_cpu(self, inputs):
+        return inputs[0] + np.asarray(self.other)
+
+
+class _Unset(Primitive):
+    """A parameter slot never set: reading the parameters raises."""
+
+    __slots__ = ("scale",)
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def output_shapes(self, inputs):
+        return [inputs[0].shape]
+
+    def eval_cpu(self, inputs):
+        return inputs[0] * np.float32(2.0)
+
+
+@pytest.mark.parametrize("walk", ["native", "python"])
+@pytest.mark.parametrize("kind", ["array parameter", "unreadable parameter"])
+def test_nodes_whose_parameters_are_no_key_run_node_by_node(walk, kind, monkeypatch):
+    if walk == "native" and replay._graph is None:
+        pytest.skip("the native module is not built")
+    monkeypatch.setattr(replay, "_structure", replay._native_structure if walk == "native"
+                        else replay._python_structure)
+    replay.clear()
+    from lazyx.array import lazy
+    a = np.linspace(0, 1, 5, dtype=np.float32)
+    before = counts()
+    with mx.stream(mx.cpu):
+        for k in range(4):
+            x = chain(mx.array(a), mx.array(a), 8)
+            if kind == "array parameter":
+                other = mx.array(np.full(5, float(k), np.float32))
+                mx.eval(other)
+                y = lazy(x.shape, x.dtype, _ArrayParam(mx.default_stream(mx.cpu), other), (x,))
+                want = np_chain(a, a, 8) + k
+            else:
+                y = lazy(x.shape, x.dtype, _Unset(mx.default_stream(mx.cpu)), (x,))
+                want = np_chain(a, a, 8) * 2
+            mx.eval(y)
+            np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5)
+    assert delta(before) == {"builds": 0, "replays": 0}
+    if kind == "array parameter":  # the structures remembered do not keep it alive
+        probe = weakref.ref(other)
+        del other, y
+        gc.collect()
+        assert probe() is None

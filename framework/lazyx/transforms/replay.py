@@ -45,6 +45,7 @@ import sys
 from operator import attrgetter as _attrgetter
 
 from .. import scheduler as _scheduler
+from ..array import array as _array
 from ..array import lazy
 from ..array import native as _graph
 from ..device_types import DeviceType
@@ -159,6 +160,9 @@ def _structure(order, roots):
         st = prim.stream
         if st is not stream and st != stream:
             return None
+        ps = params(prim)
+        if type(ps) is _array or (type(ps) is tuple and any(type(v) is _array for v in ps)):
+            return None  # an array parameter is no key (kept alive, compared by value)
         refs = []
         for x in a._inputs:
             i = id(x)
@@ -172,12 +176,11 @@ def _structure(order, roots):
         sib = a._siblings
         if sib is None:
             where[id(a)] = (k, 0)
-            parts.append((t, params(prim), tuple(refs), a._shape, a._dtype))
+            parts.append((t, ps, tuple(refs), a._shape, a._dtype))
         else:
             for j in range(len(sib)):
                 where[id(sib[j])] = (k, j)
-            parts.append((t, params(prim), tuple(refs),
-                          tuple((s._shape, s._dtype) for s in sib)))
+            parts.append((t, ps, tuple(refs), tuple((s._shape, s._dtype) for s in sib)))
     x = a = None  # the walk's variables would count as references below
     asked = {id(r) for r in roots}
     kept = []
@@ -285,7 +288,10 @@ def replay(order: list, roots) -> bool:
     its structure was evaluated before; False when the scheduler should run it."""
     if _scheduler.retain_graph.depth or _scheduler.tracing.depth:
         return False
-    got = _structure(order, roots)
+    try:
+        got = _structure(order, roots)
+    except Exception:  # noqa: BLE001 - a node the walk cannot read: the scheduler runs it
+        return False
     if got is None:
         return False
     key, leaves, kept = got
