@@ -60,14 +60,6 @@ class _UploadCache:
     def __init__(self):
         self._copies: dict[int, tuple] = {}
         self._small: dict[tuple, object] = {}
-        # The ids of the device copies held (a copy is shared by every node that reads its
-        # host buffer: no kernel may write into it; see ``holds``).
-        self._held: set = set()
-
-    def holds(self, dev) -> bool:
-        """Whether device buffer ``dev`` is one of the cache's shared copies (then it must
-        not be donated: its bytes are another array's too)."""
-        return id(dev) in self._held
 
     def get(self, host: np.ndarray):
         if host.ndim == 0:
@@ -77,11 +69,9 @@ class _UploadCache:
             dev = self._small.get(vkey)
             if dev is None:
                 if len(self._small) > 4096:
-                    self._held.difference_update(id(d) for d in self._small.values())
                     self._small.clear()
                 _rt.host_sync("a host buffer copied to the device")
                 dev = self._small[vkey] = _rt.cp.asarray(host)
-                self._held.add(id(dev))
             return dev
         key = id(host)
         hit = self._copies.get(key)
@@ -91,22 +81,16 @@ class _UploadCache:
         _rt.host_sync("a host buffer copied to the device")
         dev = _rt.cp.asarray(host)
         try:
-            ref = weakref.ref(host, lambda _r, k=key, i=id(dev), c=self._copies, h=self._held:
-                              (c.pop(k, None), h.discard(i)))
+            ref = weakref.ref(host, lambda _r, k=key, c=self._copies: c.pop(k, None))
         except TypeError:
             return dev
         if host.nbytes >= 64:  # tiny buffers (scalars) are cheaper to copy than to track
-            old = self._copies.get(key)
-            if old is not None:
-                self._held.discard(id(old[1]))
             self._copies[key] = (ref, dev)
-            self._held.add(id(dev))
         return dev
 
     def clear(self):
         self._copies.clear()
         self._small.clear()
-        self._held.clear()
 
 
 class CudaBackend(Backend):
@@ -202,11 +186,6 @@ class CudaBackend(Backend):
     def upload(self, x):
         """The device copy of host buffer ``x`` (cached while it lives; scalars by value)."""
         return self._uploads.get(x) if type(x) is np.ndarray else _to_device(x)
-
-    def shares(self, buf) -> bool:
-        """Whether device buffer ``buf`` is an upload shared with other arrays (the cache's
-        copy of a host buffer): never donated."""
-        return self._uploads.holds(buf)
 
     def prepare_kernel(self, fn):
         cp = cupy_module()

@@ -47,7 +47,6 @@ from lazyx.environment import read_variable
 from lazyx.transforms.compile import CompiledCall
 from lazyx.transforms.compile import _donors as _compile_donors
 
-from . import _BACKEND
 from . import gemm as _gemm
 from . import runtime as _rt
 
@@ -260,10 +259,7 @@ def _donors(prim, inputs) -> dict:
 
 
 def _owns_cupy(buf) -> bool:
-    # Not an upload of a host buffer: the backend's cache shares that copy (the caller's
-    # reference counts cannot tell: the cache, not the array, holds it).
-    return (type(buf) is _rt.cp.ndarray and buf.base is None and buf.flags.c_contiguous
-            and not _BACKEND.shares(buf))
+    return type(buf) is _rt.cp.ndarray and buf.base is None and buf.flags.c_contiguous
 
 
 def _launch(g: _Graph, inputs, donors=None):
@@ -289,16 +285,14 @@ def _launch(g: _Graph, inputs, donors=None):
     empty = cp.empty
     if donors:
         fresh = []
-        given = set()
         for o in g.statics:
             pool = donors.get((o.shape, o.dtype))
             if pool:
                 f = pool.pop()[1]
-                given.add(id(f))
+                stats["donated"] += 1
             else:
                 f = empty(o.shape, o.dtype)
             fresh.append(f)
-        stats["donated"] += len(given)
     else:
         fresh = [empty(o.shape, o.dtype) for o in g.statics]
     n = n_in + len(fresh)

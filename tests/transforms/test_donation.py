@@ -237,3 +237,18 @@ def test_a_multi_output_update_writes_each_output_into_a_donor():
     assert_close(np.asarray(state["m"]), want_m, rtol=1e-5)
     assert_close(np.asarray(state["v"]), want_v, rtol=1e-5, atol=1e-9)
     assert_close(np.asarray(state["p"]), want_p, rtol=1e-4, atol=1e-5)
+
+
+def test_a_buffer_that_is_not_the_arrays_own_never_donates():
+    """A backend may hand a kernel a copy of an array's data (the CUDA backend's upload
+    of a host buffer, shared by its cache): that copy is not the array's to give away."""
+    from lazyx.transforms.compile import _donors
+    own = mx.array(np.arange(8, dtype=np.float32))
+    mx.eval(own)
+    other = mx.array(np.arange(8, dtype=np.float32))
+    mx.eval(other)
+    copy = np.array(other._data)  # a buffer of the same kind, not other's data
+    ins = (own, other)
+    inputs = [own._data, copy]
+    del own, other
+    assert _donors(ins, inputs, (0, 1)) == (0,)

@@ -464,15 +464,17 @@ def _owns_numpy(buf) -> bool:
 
 def _donors(ins, inputs, positions, owns=_owns_numpy) -> tuple:
     """The positions among ``positions`` of the node inputs that may donate their
-    buffer: the array ``ins[k]`` is held by the node's input tuple alone (once), and
-    its buffer ``inputs[k]`` by that array and the scheduler's list alone, and ``owns``
-    it (a buffer of the backend's kind that owns its memory; a device backend passes its
-    own test: ``backends/cuda/graphs.py``)."""
+    buffer: the array ``ins[k]`` is held by the node's input tuple alone (once), its
+    buffer ``inputs[k]`` is the array's own (not a copy a backend made for the kernel,
+    such as a device upload of host data, which its cache shares) and held by that array
+    and the scheduler's list alone, and ``owns`` it (a buffer of the backend's kind that
+    owns its memory; a device backend passes its own test: ``backends/cuda/graphs.py``)."""
     out = ()
     for k in positions:
         x = ins[k]
         buf = inputs[k]
-        if _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 and owns(buf):
+        if x._data is buf and _count(x) - _OWN == 2 and _count(buf) - _OWN == 3 \
+                and owns(buf):
             out += (k,)
     return out
 

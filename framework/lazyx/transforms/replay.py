@@ -135,15 +135,16 @@ _classes: dict = {}
 _GPU = DeviceType.gpu.value
 
 
-def _structure(order, roots):
-    """``(key, leaves, kept)`` of the graph of ``order``, or None when it is not replayed.
+def _walk(order, roots):
+    """The Python reference of ``lazyx._graph.structure``: ``(parts, leaf_signature,
+    kept, leaves)`` of the graph of ``order``, or None when a node is not replayed.
 
     ``kept`` lists the node outputs that must receive values, as ``(node position,
     output position)`` in order; ``leaves`` the distinct evaluated arrays the nodes read.
+    (The C++ walk names a node's inputs by number instead of pairs: each walk's keys are
+    consistent with themselves.)
     """
     stream = order[0]._prim.stream
-    if _mode == "auto" and stream.kind != _GPU:
-        return None
     classes = _classes
     where: dict = {}      # id(array) -> (node position, output position) or leaf number
     uses: dict = {}       # id(array) -> references from the graph's input tuples
@@ -200,36 +201,40 @@ def _structure(order, roots):
                 kept.append((k, j))
             del s
     leaf_sig = tuple((x._shape, x._dtype, type(x._data)) for x in leaves)
-    key = (stream.kind, stream.index, stream.device.index, tuple(parts), leaf_sig,
-           tuple(kept))
-    try:
-        hash(key)
-    except TypeError:  # a parameter that cannot be compared cheaply (an array, a list)
-        return None
-    return key, leaves, kept
+    return tuple(parts), leaf_sig, kept, leaves
 
 
-def _native_structure(order, roots):
-    """:func:`_structure` by the C++ walk (``lazyx._graph.structure``): the same kept
-    arrays and leaves; its key names a node's inputs by number instead of pairs."""
+def _native_walk(order, roots):
+    return _graph.structure(order, roots, _classes, _class_info)
+
+
+def _keyed(walk, order, roots):
+    """``(key, leaves, kept)`` of the graph of ``order`` by ``walk``, or None when it is
+    not replayed (another device in ``auto`` mode, a node refused, an unhashable key)."""
     stream = order[0]._prim.stream
     if _mode == "auto" and stream.kind != _GPU:
         return None
-    got = _graph.structure(order, roots, _classes, _class_info)
+    got = walk(order, roots)
     if got is None:
         return None
     parts, leaf_sig, kept, leaves = got
-    key = (stream.kind, stream.index, stream.device.index, parts, leaf_sig, kept)
+    key = (stream.kind, stream.index, stream.device.index, parts, leaf_sig, tuple(kept))
     try:
         hash(key)
-    except TypeError:
+    except TypeError:  # a parameter that cannot be compared cheaply (a list)
         return None
     return key, leaves, kept
 
 
-_python_structure = _structure
-if _graph is not None:
-    _structure = _native_structure  # noqa: F811
+def _python_structure(order, roots):
+    return _keyed(_walk, order, roots)
+
+
+def _native_structure(order, roots):
+    return _keyed(_native_walk, order, roots)
+
+
+_structure = _native_structure if _graph is not None else _python_structure
 
 
 def _build(order, leaves, kept):
@@ -259,8 +264,7 @@ def _build(order, leaves, kept):
     tape.outputs = [node_slots[k][j] for k, j in kept]
     entry = _Entry(tape, tape, None, None, len(kept), [], [])
     entry.label = "an eager graph (replayed)"
-    entry.prim.stream = order[-1]._prim.stream
-    entry.donor_positions = ()
+    entry.prim.stream = order[-1]._prim.stream  # (its shared primitive: no donation)
     entry.prebuilt = True  # its kernels ran node by node just before (backends may use it)
     return entry
 
