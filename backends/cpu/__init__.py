@@ -68,9 +68,11 @@ class CpuBackend(CpuReferenceBackend):
     def load_kernels(self) -> dict:
         table = super().load_kernels()
         table.update(native_kernels.kernels(self.native))
-        if self.native is not None and self.native.get_flush_denormal():
+        if self.native is not None:
             from . import blas_threads  # threadpoolctl: with the kernels, once
-            blas_threads.follow(self.native, True)
+            blas_threads.use_pool(self.native)
+            if self.native.get_flush_denormal():
+                blas_threads.follow(self.native, True)
         # Fused element-wise runs: C++ generated and built at run time.
         from .compiled import compiled_kernel  # the C++ toolchain: on first use
         table[Compiled] = compiled_kernel

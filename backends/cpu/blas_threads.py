@@ -1,4 +1,18 @@
-"""OpenBLAS's worker threads in lazyx's subnormal mode (see ``lazyx.denormals``).
+"""OpenBLAS's threads: lazyx's own pool runs its jobs, or its workers follow lazyx's
+subnormal mode (see ``lazyx.denormals``).
+
+**One pool.** OpenBLAS (0.3.27 and later) lets its caller run the jobs of a threaded
+call (``openblas_set_threads_callback_function``). :func:`use_pool` hands them to the
+native module's thread pool, the one that runs lazyx's generated kernels: a product's
+jobs run on the evaluating thread and the pool's helpers, in the evaluating thread's
+floating-point mode, and the helpers spin for lazyx's next kernel afterwards. Without
+it, two sets of threads share the cores: OpenBLAS's idle workers spin after every
+product while lazyx's kernels run, and the fused Adam update that follows a product in
+the compiled MLP step took 480 µs instead of 70 (2 cores). The callback is set in every
+loaded OpenBLAS that has it, so NumPy's own products in the process run on the pool
+too. ``LAZYX_BLAS_THREADS=openblas`` keeps OpenBLAS's workers (then :func:`follow`).
+
+**Otherwise.**
 
 The floating-point control register (MXCSR, FPCR) belongs to each thread. A matmul
 runs on the evaluating thread, whose register the cpu backend sets for the
@@ -22,26 +36,77 @@ from __future__ import annotations
 import ctypes
 import os
 
+from lazyx.environment import read_variable
+
 _done: dict = {}  # library path -> the mode its workers were started in
 _libraries: list | None = None
+#: Whether every loaded OpenBLAS runs its threaded calls on lazyx's pool (:func:`use_pool`).
+on_pool = False
+_pooled: set = set()  # library paths whose callback is lazyx's
 
 
 def _openblas_libraries() -> list:
     """The loaded pthreads OpenBLAS libraries (looked up once: a scan of the process)."""
     global _libraries
     if _libraries is None:
-        import threadpoolctl  # the loaded BLAS libraries: on first use
-        _libraries = [info["filepath"] for info in threadpoolctl.threadpool_info()
+        _libraries = [info["filepath"] for info in _threadpool_info()
                       if info.get("internal_api") == "openblas"
                       and info.get("threading_layer") == "pthreads"]
     return _libraries
 
 
+def _setter(lib):
+    """``openblas_set_threads_callback_function`` of ``lib`` under the names OpenBLAS's
+    builds give it (NumPy's and SciPy's wheels prefix ``scipy_``, 64-bit ones suffix
+    ``64_``), or None."""
+    for prefix in ("", "scipy_"):
+        for suffix in ("", "64_", "_64"):
+            fn = getattr(lib, f"{prefix}openblas_set_threads_callback_function{suffix}", None)
+            if fn is not None:
+                return fn
+    return None
+
+
+def use_pool(native) -> bool:
+    """Run the threaded calls of every loaded OpenBLAS on the native module's pool
+    (unless ``LAZYX_BLAS_THREADS=openblas``); whether all of them do. Called once, when
+    the CPU backend loads its kernels; a library loaded later keeps its own threads."""
+    global on_pool
+    if native is None or read_variable("LAZYX_BLAS_THREADS") == "openblas" or \
+            not hasattr(native, "blas_threads_callback"):
+        return False
+    callback = native.blas_threads_callback()
+    libraries = [info["filepath"] for info in _threadpool_info()
+                 if info.get("internal_api") == "openblas"]
+    for path in libraries:
+        if path in _pooled:
+            continue
+        try:
+            setter = _setter(ctypes.CDLL(path))
+        except OSError:
+            setter = None
+        if setter is None:
+            continue
+        setter.restype = None
+        setter.argtypes = [ctypes.c_void_p]
+        setter(callback)
+        _pooled.add(path)
+    on_pool = bool(libraries) and all(p in _pooled for p in libraries)
+    return on_pool
+
+
+def _threadpool_info() -> list:
+    import threadpoolctl  # the loaded BLAS libraries: on first use
+    return threadpoolctl.threadpool_info()
+
+
 def follow(native, flush: bool) -> None:
     """Restart the worker threads of every loaded pthreads OpenBLAS so that they
-    flush subnormals (``flush``) or compute them, as lazyx's kernels do."""
+    flush subnormals (``flush``) or compute them, as lazyx's kernels do. A library
+    whose calls run on lazyx's pool (:func:`use_pool`) needs none: its jobs run in the
+    evaluating thread's mode."""
     for path in _openblas_libraries():
-        if _done.get(path) is flush:
+        if _done.get(path) is flush or path in _pooled:
             continue
         try:
             lib = ctypes.CDLL(path)

@@ -147,20 +147,58 @@ def _row_kernel(by_dtype: dict, reference, reduces: bool):
     return kernel
 
 
-def _reduce_kernel(native_by_op: dict, reference):
-    """float32 ``Reduce`` over contiguous trailing axes for the ops in ``native_by_op``
-    ({"sum": fn, "max": fn, "min": fn}), threaded; other ops go to ``reference``.
+_leading: dict = {}
+
+
+def _leading_rows(shape: tuple, axes: tuple) -> int:
+    """The number of rows when ``axes`` are the leading axes of ``shape`` (in any order,
+    negative allowed) and at least one axis is kept, else 0. Cached as ``_row_length``."""
+    key = (shape, axes)
+    n = _leading.get(key)
+    if n is None:
+        ndim = len(shape)
+        k = len(axes)
+        n = 0
+        if 0 < k < ndim and sorted(a % ndim for a in axes) == list(range(k)):
+            n = 1
+            for s in shape[:k]:
+                n *= s
+        if len(_leading) > 4096:
+            _leading.clear()
+        _leading[key] = n
+    return n
+
+
+def _reduce_kernel(native_by_op: dict, reference, by_column: dict | None = None):
+    """float32 ``Reduce`` for the ops in ``native_by_op`` ({"sum": fn, "max": fn, "min":
+    fn}) over contiguous trailing axes (one result per row) or, with ``by_column``'s
+    functions, over leading axes (one per column: a bias gradient's sum over the batch),
+    threaded; other ops and layouts go to ``reference``.
 
     Measured faster than the NumPy kernel at every size, from 256 elements
     (no keyword-argument dispatch) to 4M (two threads, one pass, at the speed of
-    the cache or memory holding the input). max and min propagate NaN, as NumPy's.
+    the cache or memory holding the input); over the leading axes, 15 against NumPy's
+    31 µs for (256, 512) and 55 against 144 µs for (8, 128, 1024) in a training step.
+    max and min propagate NaN, as NumPy's.
     """
     rows = {op: _row_kernel({"float32": (fn, None)}, reference, reduces=True)
             for op, fn in native_by_op.items()}
+    by_column = by_column or {}
 
     def kernel(prim, inputs):
         k = rows.get(prim.op)
-        return reference(prim, inputs) if k is None else k(prim, inputs)
+        if k is None:
+            return reference(prim, inputs)
+        x = inputs[0]
+        columns = by_column.get(prim.op)
+        if columns is not None and x.dtype == _f32 and x.flags.c_contiguous and x.size:
+            n = _leading_rows(x.shape, prim.axes)
+            if n:
+                kept = x.shape[len(prim.axes):]
+                out = _empty((1,) * len(prim.axes) + kept if prim.keepdims else kept, _f32)
+                columns(x, out, x.size // n)
+                return out
+        return k(prim, inputs)
     kernel.reference = reference
     return kernel
 
@@ -201,8 +239,11 @@ def kernels(native) -> dict:
         table[logsumexp] = _row_kernel(per_dtype("logsumexp"), reference[logsumexp], reduces=True)
     reduce = _primitive("reductions", "Reduce")
     if reduce is not None and reduce in reference:
-        table[reduce] = _reduce_kernel({op: getattr(native, f"{op}_float32") for op in ("sum", "max", "min")},
-                                       reference[reduce])
+        ops = ("sum", "max", "min")
+        table[reduce] = _reduce_kernel({op: getattr(native, f"{op}_float32") for op in ops},
+                                       reference[reduce],
+                                       {op: getattr(native, f"{op}_columns_float32", None)
+                                        for op in ops})
     from . import native_packs  # the op packs' native kernels: with the table, on first use
     for pack in native_packs.PACKS:
         for cls, fn in pack.kernels(native, reference).items():

@@ -97,11 +97,39 @@ def _qr(p, ins):
     return tuple(cp.linalg.qr(ins[0], mode="reduced"))
 
 
+def _phase(v, axis):
+    """The unit phase (the sign, for real ``v``) of each vector's entry of largest
+    magnitude along ``axis``, 1 for a zero vector; ``axis`` kept with size 1."""
+    i = cp.expand_dims(cp.argmax(cp.abs(v), axis=axis), axis)
+    x = cp.take_along_axis(v, i, axis=axis)
+    mag = cp.abs(x)
+    return cp.where(mag == 0, 1, x / cp.where(mag == 0, 1, mag)).astype(v.dtype, copy=False)
+
+
+# cuSOLVER's batched routines (Jacobi: syevjBatched, gesvdjBatched) and its one-matrix
+# ones (syevd, gesvd), which CuPy picks by the input's rank, choose different signs for
+# the same vectors, so a vmap would disagree with a loop. Each vector is scaled so that
+# its entry of largest magnitude is real and positive: one answer, however it was batched.
 def _svd(p, ins):
     a = ins[0]
-    if p.compute_uv:
-        return tuple(cp.linalg.svd(a, full_matrices=True))
-    return cp.linalg.svd(a, compute_uv=False)
+    if not p.compute_uv:
+        return cp.linalg.svd(a, compute_uv=False)
+    u, s, vt = cp.linalg.svd(a, full_matrices=True)
+    if u.size == 0 or vt.size == 0:
+        return u, s, vt
+    k = s.shape[-1]
+    c = _phase(u, -2)  # (..., 1, m): U's column j becomes u_j conj(c_j) ...
+    d = _phase(vt, -1)  # (..., n, 1)
+    d[..., :k, :] = cp.conj(cp.swapaxes(c[..., :, :k], -1, -2))  # ... and Vt's row j c_j v_j
+    return u * cp.conj(c), s, vt * cp.conj(d)
+
+
+def _eigh(p, ins):
+    a = ins[0]
+    if not p.compute_eigenvectors:
+        return cp.linalg.eigvalsh(a, UPLO=p.uplo)
+    w, v = cp.linalg.eigh(a, UPLO=p.uplo)
+    return w, (v * cp.conj(_phase(v, -2)) if v.size else v)
 
 
 def _solve(p, ins):
@@ -126,8 +154,7 @@ KERNELS = {
     la.Cholesky: _checked("The matrix is not positive definite", _cholesky),
     la.QR: _qr,
     la.SVD: _svd,
-    # Eigh: the NumPy kernel dispatches to cupy.linalg as written.
-    la.Eigh: np_linalg.KERNELS[la.Eigh],
+    la.Eigh: _eigh,
     la.Eig: np_linalg.eig_kernel(cp.linalg) if hasattr(cp.linalg, "eig") else _no_eig,
     la.LUF: np_linalg.lu_kernel(_getrf, cp, cp.asnumpy),
     la.Solve: _checked("The matrix is singular: the system has no unique solution", _solve),

@@ -183,6 +183,14 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "value is a warning (then `0`).",
         ("backends/cuda/cudnn.py",), ("0", "1"), invalid="warning"),
     EnvironmentVariable(
+        "LAZYX_BLAS_THREADS", "`pool`",
+        "Who runs the jobs of a threaded OpenBLAS call (a large product): `pool`, lazyx's "
+        "native thread pool, the one its CPU kernels run on (OpenBLAS 0.3.27 and later; "
+        "NumPy's products in the process too); `openblas`, OpenBLAS's own workers. Read "
+        "once, when the CPU backend loads its kernels; another value is a warning (then "
+        "`pool`).",
+        ("backends/cpu/blas_threads.py",), ("pool", "openblas"), invalid="warning"),
+    EnvironmentVariable(
         "OPENBLAS_THREAD_TIMEOUT", "unset: lazyx's CPU backend restarts NumPy's and SciPy's "
         "OpenBLAS workers (when it sets their subnormal mode) with a spin of 2**20 cycles",
         "OpenBLAS's own variable, read by OpenBLAS: how long (2**value cycles) an idle worker "

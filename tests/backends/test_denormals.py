@@ -43,6 +43,13 @@ def flushed_matmul(a, b):
     return flush(flush(a[:, :, None] * b[None, :, :]).sum(axis=1))
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    # The switch is the CPU backend's: the tests run there whatever the default device.
+    with mx.stream(mx.cpu):
+        yield
+
+
 @pytest.fixture
 def mode():
     """Set the switch for one test; put back what was there."""
@@ -182,6 +189,7 @@ def test_pool_helpers_load_the_callers_mode(mode, on):
 _SPIN = """
 import ctypes, json, os, threadpoolctl
 import lazyx.core as mx
+mx.set_default_device(mx.cpu)
 mx.eval(mx.ones((64, 64)) @ mx.ones((64, 64)))   # the backend's kernels load: follow() runs
 out = {}
 for info in threadpoolctl.threadpool_info():
@@ -198,6 +206,7 @@ def test_openblas_workers_spin_shorter_unless_the_user_says(given):
     import os
     from lazyx.backends.cpu import blas_threads
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    env["LAZYX_BLAS_THREADS"] = "openblas"  # OpenBLAS's own workers run its products
     if given is not None:
         env["OPENBLAS_THREAD_TIMEOUT"] = given
     got = subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True,

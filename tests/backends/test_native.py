@@ -418,10 +418,12 @@ def test_reduce_kernel(op, shape, axes, keepdims):
     # Which inputs the native kernel takes, and which go to the reference: strided
     # views, other dtypes (float16/bfloat16/float64 included), empty arrays, other ops.
     spy = counting(reference)
-    spied = native_kernels._reduce_kernel({op: getattr(native, f"{op}_float32")}, spy)
+    spied = native_kernels._reduce_kernel({op: getattr(native, f"{op}_float32")}, spy,
+                                          {op: getattr(native, f"{op}_columns_float32")})
     trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
-    cases = [(prim, x, trailing), (prim_prod, x, False), (prim_t, xt, xt.flags.c_contiguous),
-             (prim, x[..., ::2], False)]
+    leading = axes == tuple(range(len(axes))) and len(axes) < x.ndim
+    cases = [(prim, x, trailing or leading), (prim_prod, x, False),
+             (prim_t, xt, xt.flags.c_contiguous), (prim, x[..., ::2], False)]
     for d in (np.float64, np.float16, ml_dtypes.bfloat16):
         cases.append((prim, x.astype(d), False))
     for prim_i, x_i, native_path in cases:
@@ -434,6 +436,44 @@ def test_reduce_kernel(op, shape, axes, keepdims):
             tol = 1e-2 if x_i.dtype.itemsize == 2 else 1e-5
             np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * np.abs(x).sum())
             assert got.dtype == x_i.dtype
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (256, 10), (256, 512), (300, 1000),
+                                   (1024, 1024), (70_000, 3), (5, 257)])
+@pytest.mark.parametrize("op", sorted(REDUCE_OPS))
+def test_reduce_columns(threads, num_threads, op, shape):
+    """Reductions over the leading axes (a bias gradient's sum over the batch), one
+    result per column: against float64 NumPy, with NaN and infinities in some columns."""
+    threads(num_threads)
+    x = np.random.default_rng(shape[1]).normal(0, 10, shape).astype(np.float32)
+    rows, cols = shape
+    if rows > 2 and cols > 2:
+        x[rows // 2, 0] = np.nan      # a NaN mid-column in the first strip
+        x[-1, cols - 1] = np.inf      # the last column's last row
+        x[0, cols // 2] = -np.inf
+        x[1, cols // 2] = np.inf      # sum: inf - inf is NaN
+    out = np.empty(cols, np.float32)
+    getattr(native, f"{op}_columns_float32")(x, out, cols)
+    with np.errstate(invalid="ignore"):
+        want = REDUCE_OPS[op](x.astype(np.float64), axis=0)
+    if op == "sum":
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(out[~finite], want[~finite])
+        np.testing.assert_allclose(out[finite], want[finite], rtol=1e-5,
+                                   atol=1e-6 * np.abs(x[:, finite]).sum(0).max(initial=1))
+    else:
+        np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+def test_reduce_columns_bad_arguments_raise():
+    x = np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="columns"):
+        native.sum_columns_float32(x, np.empty(5, np.float32), 6)
+    with pytest.raises(ValueError, match="columns"):
+        native.sum_columns_float32(x, np.empty(6, np.float32), 5)
+    with pytest.raises(TypeError):
+        native.sum_columns_float32(x.astype(np.float64), np.empty(6, np.float32), 6)
 
 
 @pytest.mark.parametrize("op", sorted(REDUCE_OPS))

@@ -10,12 +10,19 @@ import numpy as np
 
 from lazyx.plugins import products as pr
 
-from .. import native_kernels
+from .. import blas_threads, native_kernels
 
-#: Sends the native thread pool's spinning helpers to sleep before a BLAS product: they
-#: spin ~200 µs after a kernel for the next one, and would take a core from BLAS's own
-#: threads (2-4% of the MLP training step on 2 cores, measured).
-_park = getattr(native_kernels.load(), "park_threads", None) or (lambda: None)
+#: Sends the native thread pool's spinning helpers to sleep before a BLAS product that
+#: runs on OpenBLAS's own threads: they spin ~1 ms after a kernel for the next one, and
+#: would take a core from BLAS's threads (2-4% of the MLP training step on 2 cores,
+#: measured). Where BLAS runs on the pool (``blas_threads.on_pool``) they run it.
+_park_threads = getattr(native_kernels.load(), "park_threads", None) or (lambda: None)
+
+
+def _park():
+    if not blas_threads.on_pool:
+        _park_threads()
+
 #: Products smaller than this many multiply-adds run on one BLAS thread: no parking.
 _PARK_WORK = 1 << 18
 

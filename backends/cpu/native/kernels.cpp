@@ -283,6 +283,46 @@ void reduce_rows(const float* x, float* out, size_t rows, size_t n) {
   }
 }
 
+// Op over the rows of a (rows, cols) matrix, one result per column (a reduction over the
+// leading axes, as a bias gradient sums over the batch). Strips of kStrip columns are
+// the tasks: each folds row after row into float32 lanes (the strip's accumulators stay
+// in L1 while each row's piece streams in), for kRowBlock rows at a time, and combines
+// those block results in double as reduce_range does. max and min propagate NaN.
+template <class Op>
+inline float fold_column(float a, float x) {
+  if constexpr (std::is_same_v<Op, SumOp>) {
+    return a + x;
+  } else if constexpr (std::is_same_v<Op, MaxOp>) {
+    return (x > a || x != x) ? x : a;  // a NaN, once in, stays
+  } else {
+    return (x < a || x != x) ? x : a;
+  }
+}
+
+template <class Op>
+void reduce_columns(const float* x, float* out, size_t rows, size_t cols) {
+  constexpr size_t kStrip = 256, kRowBlock = 64;
+  const size_t strips = (cols + kStrip - 1) / kStrip;
+  parallel_for(strips, rows * kStrip, [=](size_t b, size_t e) {
+    alignas(64) float acc[kStrip];
+    double total[kStrip];
+    for (size_t s = b; s < e; ++s) {
+      const size_t c0 = s * kStrip, w = std::min(kStrip, cols - c0);
+      for (size_t c = 0; c < w; ++c) total[c] = Op::kIdentity;
+      for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+        for (size_t c = 0; c < w; ++c) acc[c] = Op::kIdentity;
+        const size_t r1 = std::min(rows, r0 + kRowBlock);
+        for (size_t r = r0; r < r1; ++r) {
+          const float* row = x + r * cols + c0;
+          for (size_t c = 0; c < w; ++c) acc[c] = fold_column<Op>(acc[c], row[c]);
+        }
+        for (size_t c = 0; c < w; ++c) total[c] = Op::combine(total[c], acc[c]);
+      }
+      for (size_t c = 0; c < w; ++c) out[c0 + c] = static_cast<float>(total[c]);
+    }
+  });
+}
+
 }  // namespace
 
 const char* const kernel_isa[] = {
@@ -340,6 +380,14 @@ void logsumexp_rows(Dtype dt, const void* x, void* out, size_t rows, size_t n) {
     case Dtype::float32: return logsumexp_impl<lanes::F32>(x, out, rows, n);
     case Dtype::float16: return logsumexp_impl<lanes::F16>(x, out, rows, n);
     case Dtype::bfloat16: return logsumexp_impl<lanes::BF16>(x, out, rows, n);
+  }
+}
+
+void reduce_columns_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t cols) {
+  switch (op) {
+    case ReduceOp::sum: return reduce_columns<SumOp>(x, out, rows, cols);
+    case ReduceOp::max: return reduce_columns<MaxOp>(x, out, rows, cols);
+    case ReduceOp::min: return reduce_columns<MinOp>(x, out, rows, cols);
   }
 }
 

@@ -20,6 +20,8 @@ enum class ReduceOp { sum, max, min };
 // out[r] = op(x[r, :]) for float32. Sums accumulate in blocks of float32 lanes
 // whose totals are added in double; max and min propagate NaN (NumPy, MLX).
 void reduce_rows_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t n);
+// Op over the rows of x (rows, cols): out[c] = op(x[0, c], x[1, c], ...).
+void reduce_columns_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t cols);
 
 // The instruction-set extensions kernels.cpp was compiled with (it alone gets
 // -march=native), as names __builtin_cpu_supports knows; NULL-terminated.

@@ -194,6 +194,11 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
       "parallel_runner",
       []() { return reinterpret_cast<uintptr_t>(&lazyx::detail::run_parallel); },
       "The address of run_parallel(fn, ctx, n, chunk, threads), the thread pool's C entry.");
+  m.def(
+      "blas_threads_callback",
+      []() { return reinterpret_cast<uintptr_t>(&lazyx::lazyx_blas_threads); },
+      "The address of the OpenBLAS threads callback that runs BLAS jobs on this pool "
+      "(openblas_set_threads_callback_function).");
   // -- subnormal numbers (fpmode.h) -------------------------------------------
   m.def("set_flush_denormal", &lazyx::fp::set_flush_denormal, "on"_a,
         "Flush subnormal numbers to zero in the kernels of later evaluations (or not); "
@@ -287,6 +292,26 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
           lazyx::reduce_rows_f32(op, x.data(), out.data(), rows, n);
         },
         "x"_a.noconvert(), "out"_a.noconvert(), "n"_a, r.doc);
+  }
+  for (const Reduction& r :
+       {Reduction{"sum_columns_float32", "sum", "Sum over the rows of x, float32 of shape (rows, cols): one "
+                  "result per column, written to out (cols elements).", lazyx::ReduceOp::sum},
+        Reduction{"max_columns_float32", "max", "Max over the rows of x (rows, cols), per column (NaN where one "
+                  "holds one), written to out.", lazyx::ReduceOp::max},
+        Reduction{"min_columns_float32", "min", "Min over the rows of x (rows, cols), per column (NaN where one "
+                  "holds one), written to out.", lazyx::ReduceOp::min}}) {
+    m.def(
+        r.fn,
+        [name = r.name, op = r.op](In<float> x, Out<float> out, size_t cols) {
+          if (cols == 0 || x.size() % cols != 0 || out.size() != cols)
+            throw nb::value_error((std::string("[") + name + "] " + std::to_string(x.size()) +
+                                   " input elements and " + std::to_string(out.size()) +
+                                   " outputs are not rows of " + std::to_string(cols) + " columns.")
+                                      .c_str());
+          nb::gil_scoped_release release;
+          lazyx::reduce_columns_f32(op, x.data(), out.data(), x.size() / cols, cols);
+        },
+        "x"_a.noconvert(), "out"_a.noconvert(), "cols"_a, r.doc);
   }
 
   // -- the op packs' kernels (packs.h) ----------------------------------------

@@ -21,7 +21,7 @@ namespace lazyx {
 namespace {
 
 std::atomic<int> g_threads{0};  // 0: not chosen yet
-constexpr int kSpinMicros = 200;
+constexpr int kSpinMicros = 1000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -84,6 +84,11 @@ class Pool {
   void retire(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (job_ == job) job_.reset();
+  }
+
+  size_t workers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return workers_;
   }
 
   std::mutex run_mu;  // one parallel kernel at a time; others run serially
@@ -198,6 +203,71 @@ void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads)
   p.retire(job);
 }
 
+void run_concurrently(ChunkFn fn, void* ctx, size_t n) {
+  if (n == 0) return;
+  if (n == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
+  Pool& p = pool();
+  std::unique_lock<std::mutex> running(p.run_mu, std::try_to_lock);
+  if (running.owns_lock() && p.ensure(n - 1) && p.workers() >= n - 1) {
+    // One job per chunk: the caller claims the first and every helper one more. A job
+    // that waits for another only ever waits for one claimed already (the caller's jobs
+    // come in order, and a job ends only once the others it waits for have run), so
+    // each runs on a thread of its own, whichever wakes first.
+    auto job = std::make_shared<Job>();
+    job->fn = fn;
+    job->ctx = ctx;
+    job->n = n;
+    job->chunk = 1;
+    job->chunks = n;
+    job->max_helpers = n - 1;
+    job->fp_control = fp::control();
+    p.post(job);
+    job->work();
+    while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
+    p.retire(job);
+    return;
+  }
+  // The pool is busy (another thread's kernel, or this very thread's: a call from inside
+  // a parallel kernel): threads of the call's own, in the caller's floating-point mode.
+  running = {};
+  const uint64_t control = fp::control();
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (size_t i = 1; i < n; ++i)
+    threads.emplace_back([=] {
+      fp::load_control(control);
+      fn(ctx, i, i + 1);
+    });
+  fn(ctx, 0, 1);
+  for (auto& t : threads) t.join();
+}
+
 }  // namespace detail
+
+extern "C" void lazyx_blas_threads(int /*sync: OpenBLAS waits for the jobs either way*/,
+                                   void (*dojob)(int, void*, int), int numjobs, size_t elsize, void* jobdata,
+                                   int dojob_data) {
+  struct Ctx {
+    void (*dojob)(int, void*, int);
+    char* data;
+    size_t elsize;
+    int arg;
+  } c{dojob, static_cast<char*>(jobdata), elsize, dojob_data};
+  // OpenBLAS gives the jobs of every call the same numbers, and a job's number picks its
+  // packing buffer: the jobs of two calls from two threads must not run at once (measured:
+  // wrong products from four threads multiplying together). Its own workers serve one
+  // call at a time too.
+  static std::mutex one_call;
+  std::lock_guard<std::mutex> lock(one_call);
+  detail::run_concurrently(
+      [](void* ctx, size_t b, size_t e) {
+        const Ctx& c = *static_cast<const Ctx*>(ctx);
+        for (size_t i = b; i < e; ++i) c.dojob(static_cast<int>(i), c.data + i * c.elsize, c.arg);
+      },
+      &c, numjobs > 0 ? static_cast<size_t>(numjobs) : 0);
+}
 
 }  // namespace lazyx

@@ -1,7 +1,7 @@
 // Splitting a kernel's rows over threads.
 //
 // A small pool of helper threads waits on a condition variable (after spinning
-// for 200 us, so back-to-back kernels find them awake). A parallel
+// for 1 ms, so back-to-back kernels find them awake). A parallel
 // kernel cuts its rows into a few chunks per thread; the calling thread and
 // whichever helpers wake up claim chunks from an atomic counter, and the
 // caller returns once every claimed chunk is done. A helper that wakes late
@@ -31,7 +31,18 @@ namespace detail {
 using ChunkFn = void (*)(void* ctx, size_t begin, size_t end);
 // Run fn over [0, n) in chunks of `chunk` items on up to `threads` threads.
 void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads);
+// Run fn(ctx, i, i + 1) for every i in [0, n) at the same time, each on a thread of its own
+// (jobs that wait for one another, as a threaded BLAS product's do): on the pool's helpers
+// when the pool is free, else on threads started for the call.
+void run_concurrently(ChunkFn fn, void* ctx, size_t n);
 }  // namespace detail
+
+// OpenBLAS's caller-managed threading (openblas_set_threads_callback_function, OpenBLAS
+// 0.3.27 and later): OpenBLAS hands a threaded call's jobs to this function, which runs
+// dojob(i, jobdata + i * elsize, dojob_data) for each job i on the pool, so that BLAS and
+// lazyx's kernels share one set of threads instead of two sets spinning on the same cores.
+extern "C" void lazyx_blas_threads(int sync, void (*dojob)(int, void*, int), int numjobs, size_t elsize,
+                                   void* jobdata, int dojob_data);
 
 // Run fn(begin, end) over [0, n) items, each worth `cost` elements of work.
 template <class F>
