@@ -107,6 +107,12 @@ class FullLike(SameShape):
     __slots__ = ()
     arity = 2
 
+    def to_expression(self, args):
+        """The values, broadcast to the loop's shape: fused into its consumers (the
+        seed of a loss's gradient, ``mean``'s ``1/n`` over the batch) instead of a
+        filled buffer of its own. The first input gives the shape alone."""
+        return args[1]
+
     def vjp(self, primals, cotangents, argnums, outputs):
         v = primals[1]
         return [None if i == 0 else sum_to_shape(cotangents[0], v._shape, self.stream)

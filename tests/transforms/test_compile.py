@@ -770,3 +770,20 @@ def test_the_plan_frees_intermediates(monkeypatch):
     # 20 intermediates of 1 MB each, but at most two alive at once (plus the output).
     assert mx.get_peak_memory() - base <= 3 * x.nbytes
     assert_close(y, np.array(f(x)))
+
+
+@pytest.mark.parametrize("shapeless", [False, True])
+def test_full_like_fuses_into_its_consumers(shapeless):
+    """``ones_like``/``full_like`` in a trace (FullLike) is an element-wise expression:
+    with its consumers it is one fused node, whose loop takes the first input's shape
+    (the values broadcast to it), at every shape of a shapeless compile."""
+    from lazyx.transforms.fusion import Compiled
+    f = mx.compile(lambda x: mx.ones_like(x) * 2 - mx.full_like(x, 0.5) * x,
+                   shapeless=shapeless)
+    for n in ((3, 4), (300, 700), (5, 1)) if shapeless else ((3, 4),):
+        x = np.random.default_rng(n[0]).standard_normal(n).astype(np.float32)
+        got = f(mx.array(x))
+        assert got.shape == n
+        assert_close(got, 2.0 - 0.5 * x.astype(np.float64))
+    (entry,) = f.cache.entries.values()
+    assert [type(n.prim) for n in entry.run_tape.nodes] == [Compiled]
