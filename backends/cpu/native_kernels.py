@@ -9,6 +9,7 @@ evaluation, so lazyx's allocation handler counts them like any other buffer.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -94,26 +95,33 @@ def _backport_buffer_protocol(native) -> None:
         todo.extend(cls.__subclasses__())
 
 
-_row_lengths: dict = {}
+_layouts: dict = {}
+
+
+def _layout(shape: tuple, axes: tuple) -> tuple:
+    """``(row length, leading rows)`` of reducing ``shape`` over ``axes`` (in any order,
+    negative allowed): the elements per row when ``axes`` are the trailing axes, and the
+    number of rows when they are the leading axes and at least one axis is kept; 0 for a
+    layout that is not. Cached: the same layouts recur."""
+    key = (shape, axes)
+    got = _layouts.get(key)
+    if got is None:
+        ndim = len(shape)
+        k = len(axes)
+        sorted_axes = sorted(a % ndim for a in axes) if ndim else []
+        trailing = 0 < k <= ndim and sorted_axes == list(range(ndim - k, ndim))
+        leading = 0 < k < ndim and sorted_axes == list(range(k))
+        got = (math.prod(shape[ndim - k:]) if trailing else 0,
+               math.prod(shape[:k]) if leading else 0)
+        if len(_layouts) > 4096:
+            _layouts.clear()
+        _layouts[key] = got
+    return got
 
 
 def _row_length(shape: tuple, axes: tuple) -> int:
-    """The number of elements per row when ``axes`` are the trailing axes of ``shape``
-    (in any order, negative allowed), else 0. Cached: the same layouts recur."""
-    key = (shape, axes)
-    n = _row_lengths.get(key)
-    if n is None:
-        ndim = len(shape)
-        k = len(axes)
-        n = 0
-        if 0 < k <= ndim and sorted(a % ndim for a in axes) == list(range(ndim - k, ndim)):
-            n = 1
-            for s in shape[ndim - k:]:
-                n *= s
-        if len(_row_lengths) > 4096:
-            _row_lengths.clear()
-        _row_lengths[key] = n
-    return n
+    """The number of elements per row when ``axes`` are the trailing axes of ``shape``, else 0."""
+    return _layout(shape, axes)[0]
 
 
 def _row_kernel(by_dtype: dict, reference, reduces: bool):
@@ -147,28 +155,6 @@ def _row_kernel(by_dtype: dict, reference, reduces: bool):
     return kernel
 
 
-_leading: dict = {}
-
-
-def _leading_rows(shape: tuple, axes: tuple) -> int:
-    """The number of rows when ``axes`` are the leading axes of ``shape`` (in any order,
-    negative allowed) and at least one axis is kept, else 0. Cached as ``_row_length``."""
-    key = (shape, axes)
-    n = _leading.get(key)
-    if n is None:
-        ndim = len(shape)
-        k = len(axes)
-        n = 0
-        if 0 < k < ndim and sorted(a % ndim for a in axes) == list(range(k)):
-            n = 1
-            for s in shape[:k]:
-                n *= s
-        if len(_leading) > 4096:
-            _leading.clear()
-        _leading[key] = n
-    return n
-
-
 def _reduce_kernel(native_by_op: dict, reference, by_column: dict | None = None):
     """float32 ``Reduce`` for the ops in ``native_by_op`` ({"sum": fn, "max": fn, "min":
     fn}) over contiguous trailing axes (one result per row) or, with ``by_column``'s
@@ -192,7 +178,7 @@ def _reduce_kernel(native_by_op: dict, reference, by_column: dict | None = None)
         x = inputs[0]
         columns = by_column.get(prim.op)
         if columns is not None and x.dtype == _f32 and x.flags.c_contiguous and x.size:
-            n = _leading_rows(x.shape, prim.axes)
+            n = _layout(x.shape, prim.axes)[1]
             if n:
                 kept = x.shape[len(prim.axes):]
                 out = _empty((1,) * len(prim.axes) + kept if prim.keepdims else kept, _f32)
