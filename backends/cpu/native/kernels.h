@@ -20,6 +20,10 @@ enum class ReduceOp { sum, max, min };
 // out[r] = op(x[r, :]) for float32. Sums accumulate in blocks of float32 lanes
 // whose totals are added in double; max and min propagate NaN (NumPy, MLX).
 void reduce_rows_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t n);
+// out (M, N) = a (M, K) @ b (K, N) in float32 when a side is at most 16 and the layout
+// suits one of the skinny loops (strides in elements; out C-contiguous); false when not.
+bool skinny_matmul_f32(const float* a, ptrdiff_t as0, ptrdiff_t as1, const float* b, ptrdiff_t bs0, ptrdiff_t bs1,
+                       float* out, size_t M, size_t N, size_t K);
 // Op over the rows of x (rows, cols): out[c] = op(x[0, c], x[1, c], ...).
 void reduce_columns_f32(ReduceOp op, const float* x, float* out, size_t rows, size_t cols);
 

@@ -314,6 +314,25 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
         "x"_a.noconvert(), "out"_a.noconvert(), "cols"_a, r.doc);
   }
 
+  m.def(
+      "skinny_matmul_float32",
+      [](nb::ndarray<const float, nb::ndim<2>, nb::device::cpu> a, nb::ndarray<const float, nb::ndim<2>, nb::device::cpu> b,
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu> out) {
+        const size_t M = a.shape(0), K = a.shape(1), N = b.shape(1);
+        if (b.shape(0) != K || out.shape(0) != M || out.shape(1) != N)
+          throw nb::value_error(("[skinny_matmul] Shapes (" + std::to_string(M) + ", " + std::to_string(K) +
+                                 ") @ (" + std::to_string(b.shape(0)) + ", " + std::to_string(N) + ") -> (" +
+                                 std::to_string(out.shape(0)) + ", " + std::to_string(out.shape(1)) +
+                                 ") do not match.")
+                                    .c_str());
+        nb::gil_scoped_release release;
+        return lazyx::skinny_matmul_f32(a.data(), a.stride(0), a.stride(1), b.data(), b.stride(0), b.stride(1),
+                                        out.data(), M, N, K);
+      },
+      "a"_a.noconvert(), "b"_a.noconvert(), "out"_a.noconvert(),
+      "out = a @ b for float32 matrices with a side of at most 16 (strided a and b); False "
+      "(out untouched) when the layout suits none of the skinny loops.");
+
   // -- the op packs' kernels (packs.h) ----------------------------------------
   lazyx::bind_conv(m);
   lazyx::bind_fast(m);
