@@ -23,6 +23,7 @@ import math
 import lazyx.core as mx
 from lazyx import dtypes as dt
 from lazyx.arguments import as_array, broadcast_shapes, cast, normalize_axes, normalize_axis
+from lazyx.codegen import ir
 from lazyx.array import array, lazy
 from lazyx.device import to_stream
 from lazyx.errors import ArgumentError, AxisError, DtypeError, ShapeError
@@ -231,6 +232,26 @@ class AddMM(Primitive):
 
     def output_shapes(self, inputs):
         return [matmul_shape(inputs[1].shape, inputs[2].shape, "addmm")]
+
+    def split_epilogue(self, in_dtypes, out_dtype):
+        """For compile's fusion: a ``Matmul`` of ``a`` and ``b``, then ``alpha * y +
+        beta * c`` as an element-wise tail that fuses with what reads the result (a
+        Linear layer's activation); floating dtypes whose product has the output's
+        dtype, and beta != 0 (where ``c`` is not read at all)."""
+        _, a, b = in_dtypes
+        if out_dtype.kind not in "fc" or a is not out_dtype or b is not out_dtype \
+                or self.beta == 0.0:
+            return None
+        alpha, beta = self.alpha, self.beta
+
+        def build(y, c):
+            if alpha != 1.0:
+                y = ir.apply("mul", y, ir.constant(alpha, y.dtype))
+            c = ir.cast(c, y.dtype)
+            if beta != 1.0:
+                c = ir.apply("mul", c, ir.constant(beta, y.dtype))
+            return ir.apply("add", y, c)
+        return Matmul(self.stream), (1, 2), build
 
     def vjp(self, primals, cotangents, argnums, outputs):
         s = self.stream

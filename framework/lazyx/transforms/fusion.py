@@ -40,6 +40,11 @@ group's :class:`~lazyx.codegen.ir.Program`. The rules:
   kernel evaluates a shared subexpression once, whatever the depth.
 * **Inlined constants.** Evaluated 0-d constants of the tape become literals
   of the kernel instead of inputs.
+* **Epilogues.** A node whose primitive splits into a product and an element-wise
+  tail (``split_epilogue``: ``AddMM`` is a ``Matmul`` and ``+ c``) is split on CPU
+  streams when one of its output's readers is fusible, so that the tail fuses with
+  them: a Linear layer's bias and its activation are one pass over the product's
+  output instead of two. (On the GPU, cuBLAS adds the bias in the product's own pass.)
 
 Fusion happens per stream kind, and a group never mixes streams: CPU streams
 are fused when the active CPU backend runs ``Compiled`` natively and a C++
@@ -65,6 +70,7 @@ from ..backend import backend_for
 from ..codegen import ir
 from ..codegen.lower import to_graph
 from ..device import DeviceType
+from ..dtypes import from_numpy
 from ..errors import MissingCompilerWarning
 from ..primitive import Primitive
 from ..rules import align_batched
@@ -152,6 +158,74 @@ def interpret(program: ir.Program, buffers, stream=None):
     if len(outs) == 1:
         return outs[0]._data
     return tuple(o._data for o in outs)
+
+
+class _Epilogue(Primitive):
+    """The element-wise tail of a split node (``split_epilogue``): ``build`` writes it in
+    the IR from its inputs' expressions (the product's output first). It fuses with its
+    readers; left alone it runs as a program of its own."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, stream, build):
+        super().__init__(stream)
+        self.build = build
+
+    def output_shapes(self, inputs):
+        return [broadcast_shapes(*(x.shape for x in inputs))]
+
+    def to_expression(self, args):
+        return self.build(*args)
+
+    def eval_cpu(self, inputs):
+        args = [ir.input(k, from_numpy(b.dtype)) for k, b in enumerate(inputs)]
+        program = ir.Program([a.dtype for a in args], [self.build(*args)])
+        return interpret(program, inputs, self.stream)
+
+    eval_gpu = eval_cpu
+
+
+def _split_epilogues(tape, kinds) -> None:
+    """Split the CPU nodes whose primitive has ``split_epilogue(input dtypes, output
+    dtype)`` returning ``(prim, positions, build)``: ``prim`` on the inputs at
+    ``positions`` gives a new slot, and an :class:`_Epilogue` of ``build`` on that slot
+    and the other inputs gives the node's output. Only where a reader of the output is
+    fusible with it (same shape and stream): otherwise the node stays whole."""
+    nodes = tape.nodes
+    if DeviceType.cpu.value not in kinds or not any(
+            hasattr(nd.prim, "split_epilogue") for nd in nodes):
+        return
+    shapes, dtypes = tape.shapes, tape.dtypes
+    readers: dict = {}
+    for nd in nodes:
+        for x in nd.inputs:
+            readers.setdefault(x, []).append(nd)
+
+    def fuses_with(reader, slot, stream):
+        return reader.prim.stream == stream and reader.outputs and \
+            all(shapes[o] == shapes[slot] for o in reader.outputs) and _expression(
+                reader.prim, [ir.input(k, dtypes[x]) for k, x in enumerate(reader.inputs)],
+                [dtypes[o] for o in reader.outputs]) is not None
+
+    out = []
+    for nd in nodes:
+        split = getattr(nd.prim, "split_epilogue", None)
+        if split is None or nd.prim.stream.kind != DeviceType.cpu.value or len(nd.outputs) != 1 \
+                or not any(fuses_with(r, nd.outputs[0], nd.prim.stream)
+                           for r in readers.get(nd.outputs[0], ())):
+            out.append(nd)
+            continue
+        s = nd.outputs[0]
+        parts = split([dtypes[x] for x in nd.inputs], dtypes[s])
+        if parts is None:
+            out.append(nd)
+            continue
+        prim, positions, build = parts
+        y = tape.new_slot(shapes[s], dtypes[s])
+        rest = tuple(x for k, x in enumerate(nd.inputs) if k not in positions)
+        out.append(TapeNode(prim, tuple(nd.inputs[k] for k in positions), (y,)))
+        out.append(TapeNode(_Epilogue(nd.prim.stream, build), (y,) + rest, (s,)))
+    tape.nodes = out
 
 
 # -- fusibility ------------------------------------------------------------------------
@@ -364,6 +438,9 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
     kinds = _fused_kinds(nodes, force)
     if not kinds:
         return tape
+    _split_epilogues(tape, kinds)
+    nodes = tape.nodes
+    n = len(nodes)
     shapes, dtypes = tape.shapes, tape.dtypes
     producer = {}
     for i, nd in enumerate(nodes):
@@ -449,7 +526,8 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
     new_nodes = []
     fused = False
     for u in sorted(_distinct(unit), key=_pos):
-        if u.shape is not None and len(u.members) >= min_ops:
+        if u.shape is not None and (len(u.members) >= min_ops or (
+                len(u.members) == 1 and type(nodes[u.members[0]].prim) is _Epilogue)):
             node = _fused_node(tape, u, consumers, unit, tape_outputs, scalars)
             if node is not None:
                 new_nodes.append(node)
