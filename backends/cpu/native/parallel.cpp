@@ -92,6 +92,7 @@ class Pool {
   }
 
   std::mutex run_mu;  // one parallel kernel at a time; others run serially
+  std::mutex blas_mu;  // one BLAS call's jobs at a time (lazyx_blas_threads)
 
  private:
   void loop() {
@@ -259,9 +260,9 @@ extern "C" void lazyx_blas_threads(int /*sync: OpenBLAS waits for the jobs eithe
   // OpenBLAS gives the jobs of every call the same numbers, and a job's number picks its
   // packing buffer: the jobs of two calls from two threads must not run at once (measured:
   // wrong products from four threads multiplying together). Its own workers serve one
-  // call at a time too.
-  static std::mutex one_call;
-  std::lock_guard<std::mutex> lock(one_call);
+  // call at a time too. The lock is the pool's: a fork()ed child, which gets a new pool,
+  // gets a new lock with it.
+  std::lock_guard<std::mutex> lock(pool().blas_mu);
   detail::run_concurrently(
       [](void* ctx, size_t b, size_t e) {
         const Ctx& c = *static_cast<const Ctx*>(ctx);
