@@ -39,20 +39,17 @@ import os
 from lazyx.environment import read_variable
 
 _done: dict = {}  # library path -> the mode its workers were started in
-_libraries: list | None = None
+_info: list | None = None  # threadpoolctl's scan of the loaded BLAS libraries, once
 #: Whether every loaded OpenBLAS runs its threaded calls on lazyx's pool (:func:`use_pool`).
 on_pool = False
 _pooled: set = set()  # library paths whose callback is lazyx's
 
 
-def _openblas_libraries() -> list:
-    """The loaded pthreads OpenBLAS libraries (looked up once: a scan of the process)."""
-    global _libraries
-    if _libraries is None:
-        _libraries = [info["filepath"] for info in _threadpool_info()
-                      if info.get("internal_api") == "openblas"
-                      and info.get("threading_layer") == "pthreads"]
-    return _libraries
+def _openblas_libraries(pthreads: bool = True) -> list:
+    """The loaded OpenBLAS libraries (those with pthreads workers only, by default)."""
+    return [info["filepath"] for info in _threadpool_info()
+            if info.get("internal_api") == "openblas"
+            and (not pthreads or info.get("threading_layer") == "pthreads")]
 
 
 def _setter(lib):
@@ -76,8 +73,7 @@ def use_pool(native) -> bool:
             not hasattr(native, "blas_threads_callback"):
         return False
     callback = native.blas_threads_callback()
-    libraries = [info["filepath"] for info in _threadpool_info()
-                 if info.get("internal_api") == "openblas"]
+    libraries = _openblas_libraries(pthreads=False)
     for path in libraries:
         if path in _pooled:
             continue
@@ -96,8 +92,13 @@ def use_pool(native) -> bool:
 
 
 def _threadpool_info() -> list:
-    import threadpoolctl  # the loaded BLAS libraries: on first use
-    return threadpoolctl.threadpool_info()
+    """threadpoolctl's list of the loaded BLAS libraries: one scan of the process, the
+    first time lazyx needs it (when the CPU backend loads its kernels)."""
+    global _info
+    if _info is None:
+        import threadpoolctl  # the loaded BLAS libraries: on first use
+        _info = threadpoolctl.threadpool_info()
+    return _info
 
 
 def follow(native, flush: bool) -> None:

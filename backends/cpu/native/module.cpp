@@ -275,33 +275,33 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
   // float16 and bfloat16 arrive as uint16 views of their bits.
   bind_row_kernels<uint16_t>(m, "float16", lazyx::Dtype::float16);
   bind_row_kernels<uint16_t>(m, "bfloat16", lazyx::Dtype::bfloat16);
-  // Names and docstrings as literals: nanobind keeps the pointers.
-  struct Reduction { const char *fn, *name, *doc; lazyx::ReduceOp op; };
+  // Names and docstrings as literals: nanobind keeps the pointers. Each op reduces rows
+  // (`<op>_float32`: one result per row of n contiguous elements) or columns
+  // (`<op>_columns_float32`: over the rows of x (rows, cols), one result per column).
+  struct Reduction { const char *rows_fn, *columns_fn, *name, *rows_doc, *columns_doc; lazyx::ReduceOp op; };
   for (const Reduction& r :
-       {Reduction{"sum_float32", "sum", "Sum of each row of n contiguous float32 elements of x, written to out.",
-                  lazyx::ReduceOp::sum},
-        Reduction{"max_float32", "max", "Max of each row of n contiguous float32 elements of x (NaN if it holds "
-                  "one), written to out.", lazyx::ReduceOp::max},
-        Reduction{"min_float32", "min", "Min of each row of n contiguous float32 elements of x (NaN if it holds "
-                  "one), written to out.", lazyx::ReduceOp::min}}) {
+       {Reduction{"sum_float32", "sum_columns_float32", "sum",
+                  "Sum of each row of n contiguous float32 elements of x, written to out.",
+                  "Sum over the rows of x, float32 of shape (rows, cols): one result per column, written "
+                  "to out (cols elements).", lazyx::ReduceOp::sum},
+        Reduction{"max_float32", "max_columns_float32", "max",
+                  "Max of each row of n contiguous float32 elements of x (NaN if it holds one), written to out.",
+                  "Max over the rows of x (rows, cols), per column (NaN where one holds one), written to out.",
+                  lazyx::ReduceOp::max},
+        Reduction{"min_float32", "min_columns_float32", "min",
+                  "Min of each row of n contiguous float32 elements of x (NaN if it holds one), written to out.",
+                  "Min over the rows of x (rows, cols), per column (NaN where one holds one), written to out.",
+                  lazyx::ReduceOp::min}}) {
     m.def(
-        r.fn,
+        r.rows_fn,
         [name = r.name, op = r.op](In<float> x, Out<float> out, size_t n) {
           const size_t rows = rows_of(x, out, n, 1, name);
           nb::gil_scoped_release release;
           lazyx::reduce_rows_f32(op, x.data(), out.data(), rows, n);
         },
-        "x"_a.noconvert(), "out"_a.noconvert(), "n"_a, r.doc);
-  }
-  for (const Reduction& r :
-       {Reduction{"sum_columns_float32", "sum", "Sum over the rows of x, float32 of shape (rows, cols): one "
-                  "result per column, written to out (cols elements).", lazyx::ReduceOp::sum},
-        Reduction{"max_columns_float32", "max", "Max over the rows of x (rows, cols), per column (NaN where one "
-                  "holds one), written to out.", lazyx::ReduceOp::max},
-        Reduction{"min_columns_float32", "min", "Min over the rows of x (rows, cols), per column (NaN where one "
-                  "holds one), written to out.", lazyx::ReduceOp::min}}) {
+        "x"_a.noconvert(), "out"_a.noconvert(), "n"_a, r.rows_doc);
     m.def(
-        r.fn,
+        r.columns_fn,
         [name = r.name, op = r.op](In<float> x, Out<float> out, size_t cols) {
           if (cols == 0 || x.size() % cols != 0 || out.size() != cols)
             throw nb::value_error((std::string("[") + name + "] " + std::to_string(x.size()) +
@@ -311,7 +311,7 @@ NB_MODULE(LAZYX_MODULE_NAME, m) {
           nb::gil_scoped_release release;
           lazyx::reduce_columns_f32(op, x.data(), out.data(), x.size() / cols, cols);
         },
-        "x"_a.noconvert(), "out"_a.noconvert(), "cols"_a, r.doc);
+        "x"_a.noconvert(), "out"_a.noconvert(), "cols"_a, r.columns_doc);
   }
 
   m.def(

@@ -52,8 +52,8 @@ struct Job {
 
 class Pool {
  public:
-  // Make sure `helpers` threads exist; false if none could be started.
-  bool ensure(size_t helpers) {
+  // Make sure `helpers` threads exist; how many do (fewer where starting one failed).
+  size_t ensure(size_t helpers) {
     std::lock_guard<std::mutex> lock(mu_);
     while (workers_ < helpers) {
       try {
@@ -63,7 +63,7 @@ class Pool {
       }
       ++workers_;
     }
-    return workers_ > 0;
+    return workers_;
   }
 
   void post(const std::shared_ptr<Job>& job) {
@@ -84,11 +84,6 @@ class Pool {
   void retire(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (job_ == job) job_.reset();
-  }
-
-  size_t workers() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return workers_;
   }
 
   std::mutex run_mu;  // one parallel kernel at a time; others run serially
@@ -182,26 +177,32 @@ int set_num_threads(int n) {
 
 namespace detail {
 
-void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads) {
-  Pool& p = pool();
-  std::unique_lock<std::mutex> running(p.run_mu, std::try_to_lock);
-  if (!running.owns_lock() || !p.ensure(threads - 1)) {
-    fn(ctx, 0, n);
-    return;
-  }
+// Run fn over [0, n) in chunks of `chunk` on the caller and up to `helpers` of the pool's
+// helpers (the caller holds p.run_mu), in the caller's floating-point mode.
+static void run_job(Pool& p, ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t helpers) {
   auto job = std::make_shared<Job>();
   job->fn = fn;
   job->ctx = ctx;
   job->n = n;
   job->chunk = chunk;
   job->chunks = (n + chunk - 1) / chunk;
-  job->max_helpers = threads - 1;
+  job->max_helpers = helpers;
   job->fp_control = fp::control();
   p.post(job);
   job->work();
   // Chunks a helper claimed may still be running; fn and ctx must outlive them.
   while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
   p.retire(job);
+}
+
+void run_parallel(ChunkFn fn, void* ctx, size_t n, size_t chunk, size_t threads) {
+  Pool& p = pool();
+  std::unique_lock<std::mutex> running(p.run_mu, std::try_to_lock);
+  if (!running.owns_lock() || p.ensure(threads - 1) == 0) {
+    fn(ctx, 0, n);
+    return;
+  }
+  run_job(p, fn, ctx, n, chunk, threads - 1);
 }
 
 void run_concurrently(ChunkFn fn, void* ctx, size_t n) {
@@ -212,23 +213,12 @@ void run_concurrently(ChunkFn fn, void* ctx, size_t n) {
   }
   Pool& p = pool();
   std::unique_lock<std::mutex> running(p.run_mu, std::try_to_lock);
-  if (running.owns_lock() && p.ensure(n - 1) && p.workers() >= n - 1) {
+  if (running.owns_lock() && p.ensure(n - 1) >= n - 1) {
     // One job per chunk: the caller claims the first and every helper one more. A job
     // that waits for another only ever waits for one claimed already (the caller's jobs
     // come in order, and a job ends only once the others it waits for have run), so
     // each runs on a thread of its own, whichever wakes first.
-    auto job = std::make_shared<Job>();
-    job->fn = fn;
-    job->ctx = ctx;
-    job->n = n;
-    job->chunk = 1;
-    job->chunks = n;
-    job->max_helpers = n - 1;
-    job->fp_control = fp::control();
-    p.post(job);
-    job->work();
-    while (job->done.load(std::memory_order_acquire) < job->chunks) std::this_thread::yield();
-    p.retire(job);
+    run_job(p, fn, ctx, n, 1, n - 1);
     return;
   }
   // The pool is busy (another thread's kernel, or this very thread's: a call from inside
