@@ -190,6 +190,14 @@ def _capture(prim, inputs, tables):
     n_in = len(inputs)
     with cp.cuda.using_allocator(pool.malloc):
         static_ins = [cp.empty(x.shape, x.dtype) for x in inputs]
+        # The table's rows: inputs, outputs, and room for the index checks' extremes
+        # (their number is known once the plan has run: at most one per node). Every
+        # launch uploads all its rows, so nothing initialises it; and nothing may: the
+        # capture stream is not ordered with the calls' stream, so a kernel queued on it
+        # (a zero fill) could run between a launch's upload and its graph.
+        table = cp.empty((n_in + len(entry.run_tape.outputs) + len(entry.run_tape.nodes), 3),
+                         np.int64)
+    # Only the capture itself is issued on this stream: it never runs any work.
     stream = cp.cuda.Stream(non_blocking=True)
     pending = _kernels().pending_checks()
     # Checks queued before this call are set aside (running them would wait for the GPU)
@@ -199,10 +207,6 @@ def _capture(prim, inputs, tables):
     graph = None
     try:
         with cp.cuda.using_allocator(pool.malloc), stream:
-            # The table's rows: inputs, outputs, and room for the index checks' extremes
-            # (their number is known once the plan has run: at most one per node).
-            table = cp.zeros((n_in + len(entry.run_tape.outputs) + len(entry.run_tape.nodes), 3),
-                             np.int64)
             # Relaxed: the private pool's first allocations (cudaMalloc) happen inside.
             stream.begin_capture(getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", 2))
             _gemm.capturing = True

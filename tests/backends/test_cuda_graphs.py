@@ -189,6 +189,68 @@ def test_eager_replay_of_strided_outputs(graphs):
         replay.stats, graphs.stats, graphs.last_failure)
 
 
+def test_only_the_calls_stream_writes_a_graphs_copy_table(graphs, monkeypatch):
+    """The capture stream is not ordered with the stream the calls run on, so nothing
+    may run there: a kernel queued on it (the copy table's zero fill once was) can land
+    between a call's upload of its table rows and the graph that reads them, and the
+    graph then copies nothing (its results read uninitialised memory: seen as NaN or
+    update-sized parameters in optimizer tests run 16 to a GPU). Here the capture
+    stream is held by a gate kernel until every call has run; the table must then hold
+    the rows the last call uploaded, not whatever was queued behind the gate."""
+    import cupy as cp
+    flag_mem = cp.cuda.alloc_pinned_memory(4)
+    flag = np.frombuffer(flag_mem, np.int32, 1)
+    flag[0] = 0
+    gate = cp.RawKernel(_GATE, "gate")
+    real_stream = cp.cuda.Stream
+
+    def gated_stream(*args, **kwargs):
+        s = real_stream(*args, **kwargs)
+        with s:
+            gate((1,), (1,), (flag_mem.ptr,))
+        return s
+
+    captured = []
+    real_capture = graphs._capture
+
+    def capture(*args):
+        g = real_capture(*args)
+        captured.append(g)
+        return g
+
+    monkeypatch.setattr(cp.cuda, "Stream", gated_stream)
+    monkeypatch.setattr(graphs, "_capture", capture)
+    opened_by_watchdog, done = threading.Event(), threading.Event()
+
+    def watchdog():  # a call that waits for the capture stream would wait forever
+        if not done.wait(60):
+            opened_by_watchdog.set()
+            flag[0] = 1
+    threading.Thread(target=watchdog, daemon=True).start()
+    rng = np.random.default_rng(8)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((32, 64), (64, 16)))
+    f = mx.compile(lambda a, b, c: _mlp_fn(a, b, c))
+    try:
+        with mx.stream(mx.gpu):
+            d1, d2 = _dev(w1), _dev(w2)
+            for _ in range(4):  # run, capture and launch, two replays
+                x = rng.standard_normal((8, 32)).astype(np.float32)
+                y = f(d1, d2, _dev(x))
+                np.testing.assert_allclose(np.asarray(y), _reference(w1.astype(np.float64), w2, x),
+                                           rtol=2e-3, atol=2e-3)
+            (g,) = captured
+            assert g is not None, graphs.last_failure
+            last = g.ring[(g.turn - 1) % len(g.ring)][1] if g.turn else g.ring[-1][1]
+            rows = last[:g.table.shape[0]].copy()
+    finally:
+        done.set()
+        flag[0] = 1
+        cp.cuda.Device().synchronize()
+    assert not opened_by_watchdog.is_set(), "a call waited for the capture stream"
+    np.testing.assert_array_equal(cp.asnumpy(g.table), rows)
+    assert graphs.stats["captures"] == 1 and graphs.stats["replays"] == 2, graphs.stats
+
+
 def test_a_new_signature_captures_a_new_graph(graphs):
     f = mx.compile(_mlp_fn)
     rng = np.random.default_rng(1)
