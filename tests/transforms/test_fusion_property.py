@@ -110,6 +110,8 @@ def fused_by_reference():
     interpreting their program: the grouping is tested, no C++ is compiled)."""
     with mx.use_backend("cpu", "cpu-reference"), pytest.MonkeyPatch.context() as mp:
         mp.setattr(fusion, "_can_fuse", lambda: True)
+        # Small arrays: recomputing outputs in their readers is tested too.
+        mp.setattr(fusion, "RECOMPUTE_MIN_SIZE", 0)
         yield
 
 
@@ -137,7 +139,8 @@ def test_fusion_with_small_bounds_splits_groups_and_keeps_values(
         program, seed, max_inputs, max_outputs, max_ops, grad):
     args = arguments(seed)
     fn = training_step(program) if grad else (lambda a, b, w: run(program, a, b, w))
-    with mx.use_backend("cpu", "cpu-reference"):
+    with mx.use_backend("cpu", "cpu-reference"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fusion, "RECOMPUTE_MIN_SIZE", 0)
         want = fn(*args)
         outs = [x for x in flat_arrays(want) if x._prim is not None and x._data is None]
         fused = fuse_arrays(outs, args, force=True, max_inputs=max_inputs,
@@ -158,7 +161,8 @@ def test_fusion_with_small_bounds_splits_groups_and_keeps_values(
 def test_compiled_cpp_kernels_of_random_training_steps_match_eager(program):
     args = arguments(0)
     step = training_step(program)
-    with mx.use_backend("cpu", "cpu"):
+    with mx.use_backend("cpu", "cpu"), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fusion, "RECOMPUTE_MIN_SIZE", 0)
         assert_same(mx.compile(step)(*args), step(*args))
 
 

@@ -54,49 +54,6 @@ void need(const A& a, size_t size, const char* name, const char* what) {
                            " elements, expected " + std::to_string(size) + ".").c_str());
 }
 
-// One element as float32.
-template <class IO>
-inline float scalar(typename IO::T v) {
-  if constexpr (std::is_same_v<IO, F16>) return f16_to_float(v);
-  else if constexpr (std::is_same_v<IO, BF16>) return bf16_to_float(v);
-  else return v;
-}
-
-// Sum of f(load(x[i])) over a row, in four float32 accumulators.
-template <class IO, class F>
-float row_sum(const typename IO::T* x, size_t n, F f) {
-  vf a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 4 * W <= n; i += 4 * W) {
-    a0 += f(IO::load(x + i));
-    a1 += f(IO::load(x + i + W));
-    a2 += f(IO::load(x + i + 2 * W));
-    a3 += f(IO::load(x + i + 3 * W));
-  }
-  for (; i + W <= n; i += W) a0 += f(IO::load(x + i));
-  if (i < n) {
-    const size_t k = n - i;
-    vf v = f(IO::load_partial(x + i, k, 0.0f));
-    for (size_t j = k; j < W; ++j) v[j] = 0.0f;
-    a1 += v;
-  }
-  return hsum((a0 + a1) + (a2 + a3));
-}
-
-// out[i] = f(x[i], w[i], b[i], i) over a row, vector by vector; missing weights read 1/0.
-template <class IO, class F>
-void row_map(const typename IO::T* x, const typename IO::T* w, const typename IO::T* b,
-             typename IO::T* out, size_t n, F f) {
-  size_t i = 0;
-  for (; i + W <= n; i += W)
-    IO::store(out + i, f(IO::load(x + i), w ? IO::load(w + i) : splat(1.0f), b ? IO::load(b + i) : splat(0.0f)));
-  if (i < n) {
-    const size_t k = n - i;
-    const vf v = f(IO::load_partial(x + i, k, 0.0f), w ? IO::load_partial(w + i, k, 1.0f) : splat(1.0f),
-                   b ? IO::load_partial(b + i, k, 0.0f) : splat(0.0f));
-    IO::store_partial(out + i, v, k);
-  }
-}
 
 // The norms' forward kernels on native-width vectors (lanes.h); IO is simd.h's
 // element type, Lanes<IO> its lanes.h twin.
@@ -198,51 +155,74 @@ void layer_norm(const typename IO::T* x, const typename IO::T* w, const typename
 }
 
 // The fused backward of the norms. Rows are cut into parts, one partial weight
-// (and bias) cotangent per part in float32, summed at the end in double.
+// (and bias) cotangent per part in float32, summed at the end in double. A row's
+// statistic is the forward's (row_shifted_sums); one vector sweep forms xn = (x -
+// mu) s and gw = g w (kept in float32 rows that stay in L1), the two row means the
+// cotangent needs and the part's weight and bias sums; a second writes dx.
 constexpr size_t kParts = 16;
 
 template <class IO, bool kLayer>
 void norm_vjp(const typename IO::T* x, const typename IO::T* w, const typename IO::T* g, typename IO::T* dx,
               float* dw, float* db, size_t rows, size_t n, float eps) {
-  using T = typename IO::T;
+  using LIO = typename Lanes<IO>::type;
+  using lanes::L, lanes::vn, lanes::splat;
   const size_t parts = std::min(rows, kParts);
-  std::vector<float> pw(dw ? parts * n : 0, 0.0f), pb(db ? parts * n : 0, 0.0f);
+  const size_t np = (n + L - 1) / L * L;  // rows of the float32 buffers: whole vectors
+  std::vector<float> pw(dw ? parts * np : 0, 0.0f), pb(db ? parts * np : 0, 0.0f);
   parallel_for(parts, (rows / std::max<size_t>(parts, 1) + 1) * n * 3, [&](size_t pbeg, size_t pend) {
-    std::vector<float> xn(n), gw(n);
+    std::vector<float> xn(np), gw(np);
     for (size_t part = pbeg; part < pend; ++part) {
       const size_t r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
-      float* accw = dw ? pw.data() + part * n : nullptr;
-      float* accb = db ? pb.data() + part * n : nullptr;
+      float* accw = dw ? pw.data() + part * np : nullptr;
+      float* accb = db ? pb.data() + part * np : nullptr;
       for (size_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * n;
-        const T* gr = g + r * n;
-        float mu = 0.0f;
-        if constexpr (kLayer) mu = row_sum<IO>(xr, n, [](vf v) { return v; }) / float(n);
-        const float var = row_sum<IO>(xr, n, [mu](vf v) { v -= mu; return v * v; }) / float(n);
+        const typename IO::T* xr = x + r * n;
+        const typename IO::T* gr = g + r * n;
+        const float k = kLayer ? LIO::scalar(xr[0]) : 0.0f;
+        double sum, sq;
+        row_shifted_sums<LIO>(xr, n, k, sum, sq);
+        const double md = kLayer ? sum / double(n) : 0.0;
+        const float mu = float(double(k) + md);
+        const float var = float(std::max(0.0, sq / double(n) - md * md));
         const float s = 1.0f / std::sqrt(var + eps);
-        // xn = (x - mu) s, gw = g w; then the two row means the cotangent needs.
-        double sum_gw = 0.0, sum_gwxn = 0.0;
-        for (size_t i = 0; i < n; ++i) {
-          const float xi = scalar<IO>(xr[i]), gi = scalar<IO>(gr[i]);
-          const float wi = w ? scalar<IO>(w[i]) : 1.0f;
-          xn[i] = (xi - mu) * s;
-          gw[i] = gi * wi;
-          sum_gw += gw[i];
-          sum_gwxn += gw[i] * xn[i];
-          if (accw) accw[i] += gi * xn[i];
-          if (accb) accb[i] += gi;
+        const vn muv = splat(mu), sv = splat(s);
+        vn sg = splat(0.0f), sgx = sg;
+        for (size_t i = 0; i < n; i += L) {
+          const size_t kk = std::min<size_t>(L, n - i);
+          vn xv, gv, wv = splat(1.0f);
+          if (kk == size_t(L)) {
+            xv = LIO::load(xr + i), gv = LIO::load(gr + i);
+            if (w) wv = LIO::load(w + i);
+          } else {  // the tail: missing lanes carry g = 0, so they add nothing
+            xv = lanes::load_partial<LIO>(xr + i, kk, mu), gv = lanes::load_partial<LIO>(gr + i, kk, 0.0f);
+            if (w) wv = lanes::load_partial<LIO>(w + i, kk, 1.0f);
+          }
+          const vn xnv = (xv - muv) * sv, gwv = gv * wv;
+          lanes::F32::store(xn.data() + i, xnv);
+          lanes::F32::store(gw.data() + i, gwv);
+          sg += gwv;
+          sgx += gwv * xnv;
+          if (accw) lanes::F32::store(accw + i, lanes::F32::load(accw + i) + gv * xnv);
+          if (accb) lanes::F32::store(accb + i, lanes::F32::load(accb + i) + gv);
         }
-        const float mg = kLayer ? float(sum_gw / n) : 0.0f, mgx = float(sum_gwxn / n);
-        T* dr = dx + r * n;
-        for (size_t i = 0; i < n; ++i) dr[i] = IO::from_float(s * (gw[i] - mg - xn[i] * mgx));
+        double sum_gw = 0.0, sum_gwxn = 0.0;
+        for (int j = 0; j < L; ++j) sum_gw += sg[j], sum_gwxn += sgx[j];
+        const vn mg = splat(kLayer ? float(sum_gw / double(n)) : 0.0f), mgx = splat(float(sum_gwxn / double(n)));
+        typename IO::T* dr = dx + r * n;
+        size_t i = 0;
+        for (; i + L <= n; i += L)
+          LIO::store(dr + i, sv * (lanes::F32::load(gw.data() + i) - mg - lanes::F32::load(xn.data() + i) * mgx));
+        if (i < n)
+          lanes::store_partial<LIO>(
+              dr + i, sv * (lanes::F32::load(gw.data() + i) - mg - lanes::F32::load(xn.data() + i) * mgx), n - i);
       }
     }
   });
   for (size_t i = 0; i < n; ++i) {
     double tw = 0.0, tb = 0.0;
     for (size_t part = 0; part < parts; ++part) {
-      if (dw) tw += pw[part * n + i];
-      if (db) tb += pb[part * n + i];
+      if (dw) tw += pw[part * np + i];
+      if (db) tb += pb[part * np + i];
     }
     if (dw) dw[i] = float(tw);
     if (db) db[i] = float(tb);

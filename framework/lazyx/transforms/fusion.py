@@ -93,6 +93,11 @@ MIN_OPS = 2
 _MAX_VISITS = 4096
 #: Most groups reading one input that sibling fusion tries to merge with each of them.
 _MAX_SIBLINGS = 16
+#: Most ops a fused kernel adds to recompute outputs of others instead of loading them
+#: (:func:`_recompute_in_readers`).
+MAX_RECOMPUTE = 16
+#: Fewest elements of a loop whose inputs may be recomputed instead of loaded.
+RECOMPUTE_MIN_SIZE = 1 << 16
 
 _CPU = DeviceType.cpu.value
 
@@ -542,7 +547,148 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
                       "trace runs unfused. Please report this.", RuntimeWarning, stacklevel=2)
         return tape
     tape.nodes = new_nodes
+    _recompute_in_readers(tape)
     return tape
+
+
+def _rebuild(e: ir.Expr, leaves: dict, budget: list):
+    """``e`` with the expressions of ``leaves`` (``{id(expr): replacement}``) replaced,
+    or None when it reaches another input or more than ``budget[0]`` ops."""
+    memo: dict = {}
+
+    def go(x):
+        r = leaves.get(id(x))
+        if r is not None:
+            return r
+        if x.op == "const":
+            return x
+        if x.op == "input":
+            return None
+        r = memo.get(id(x))
+        if r is None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            args = []
+            for a in x.args:
+                b = go(a)
+                if b is None:
+                    return None
+                args.append(b)
+            r = memo[id(x)] = ir._make(x.op, tuple(args), x.dtype)
+        return r
+    return go(e)
+
+
+def _recompute_in_readers(tape) -> None:
+    """Recompute a fused kernel's output in the fused kernel that reads it instead of
+    storing it and loading it back, where the reader loads what it is made from anyway.
+
+    Fusion makes every value used outside a group an output of the group's kernel. A
+    function's forward and backward fuse into separate kernels (a product lies between
+    them), so a backward that needs several intermediates of the forward reads them all:
+    exact GELU's forward stored ``x``, ``x / sqrt(2)``, ``1 + erf(x / sqrt(2))`` and the
+    result, and its backward loaded the first three. An output ``s`` of a ``Compiled``
+    node ``P`` read only by one ``Compiled`` node ``C`` (of ``P``'s loop shape and
+    stream, not a tape output) is instead written into ``C``'s program when ``P``'s
+    expression of it can be rebuilt from other outputs of ``P`` (or inputs of ``P``) that
+    ``C`` reads and keeps reading, adding at most :data:`MAX_RECOMPUTE` ops to ``C``;
+    ``P`` then stops storing it. Arrays of fewer than :data:`RECOMPUTE_MIN_SIZE` elements stay as they are
+    (in cache, a load is cheaper than recomputing), and so do shapeless tapes (a loop
+    shape equal at the traced shapes may differ at others).
+    """
+    if getattr(tape, "shapeless", False):
+        return
+    nodes = tape.nodes
+    shapes = tape.shapes
+    made: dict = {}      # slot -> (producing Compiled node, its output position)
+    readers: dict = {}   # slot -> the nodes reading it
+    for nd in nodes:
+        if type(nd.prim) is Compiled:
+            for j, s in enumerate(nd.outputs):
+                made[s] = (nd, j)
+        for s in nd.inputs:
+            r = readers.setdefault(s, [])
+            if not r or r[-1] is not nd:
+                r.append(nd)
+    outputs = set(tape.outputs)
+    dropped: dict = {}   # producer node -> slots it no longer stores
+    changed: dict = {}   # reader node -> its new node
+    for nd in nodes:
+        if type(nd.prim) is not Compiled:
+            continue
+        loop = shapes[nd.outputs[0]]
+        if int(np.prod(loop, dtype=np.int64)) < RECOMPUTE_MIN_SIZE:
+            continue
+        program = nd.prim.program
+        old = [ir.input(k, d) for k, d in enumerate(program.inputs)]
+        position = {s: k for k, s in enumerate(nd.inputs)}
+        kept = set(nd.inputs)    # slots the reader still loads
+        recomputed: dict = {}    # input position -> expression over old inputs
+        budget = [MAX_RECOMPUTE]  # ops this reader may add, all its inputs together
+        for k, s in enumerate(nd.inputs):
+            hit = made.get(s)
+            if hit is None or readers.get(s) != [nd] or s in outputs or shapes[s] != loop:
+                continue
+            prod, j = hit
+            if prod.prim.stream is not nd.prim.stream:
+                continue
+            pp = prod.prim.program
+            leaves = {id(pp.outputs[jj]): old[position[t]]
+                      for jj, t in enumerate(prod.outputs) if t != s and t in kept}
+            for kk, t in enumerate(prod.inputs):
+                if t in kept:
+                    leaves[id(ir.input(kk, pp.inputs[kk]))] = old[position[t]]
+            spent = [budget[0]]
+            e = _rebuild(pp.outputs[j], leaves, spent)
+            if e is not None:
+                budget[0] = spent[0]
+                recomputed[k] = e
+                kept.discard(s)
+        if not recomputed:
+            continue
+        # Each recomputed input refers only to inputs kept when it was rebuilt; one
+        # removed later is resolved through its own expression in turn.
+        order = [k for k, s in enumerate(nd.inputs) if s in kept]
+        new_in = {k: ir.input(i, program.inputs[k]) for i, k in enumerate(order)}
+        resolved: dict = {}
+
+        def resolve(k):
+            r = new_in.get(k)
+            if r is None:
+                r = resolved.get(k)
+                if r is None:
+                    refs = {id(old[kk]): resolve(kk) for kk in _inputs_of(recomputed[k])}
+                    r = resolved[k] = _rebuild(recomputed[k], refs, [1 << 30])
+            return r
+        refs = {id(old[k]): resolve(k) for k in range(len(old))}
+        outs = [_rebuild(o, refs, [1 << 30]) for o in program.outputs]
+        new = ir.Program([program.inputs[k] for k in order], outs)
+        changed[nd] = TapeNode(Compiled(nd.prim.stream, new), tuple(nd.inputs[k] for k in order),
+                               nd.outputs)
+        for k in recomputed:
+            prod = made[nd.inputs[k]][0]
+            dropped.setdefault(prod, set()).add(nd.inputs[k])
+    if not changed:
+        return
+    new_nodes = []
+    for nd in nodes:
+        gone = dropped.get(nd)
+        nd = changed.get(nd, nd)  # (a reader's new node keeps its outputs)
+        if gone:
+            keep = [j for j, s in enumerate(nd.outputs) if s not in gone]
+            if not keep:  # pragma: no cover - a reader keeps loading one of its outputs
+                continue
+            pp = nd.prim.program
+            nd = TapeNode(Compiled(nd.prim.stream, ir.Program(pp.inputs, [pp.outputs[j] for j in keep])),
+                          nd.inputs, tuple(nd.outputs[j] for j in keep))
+        new_nodes.append(nd)
+    tape.nodes = new_nodes
+
+
+def _inputs_of(e: ir.Expr) -> list:
+    """The input positions ``e`` reads."""
+    return [x.value for x in ir.topological([e]) if x.op == "input"]
 
 
 def _distinct(unit) -> list:
