@@ -913,18 +913,20 @@ class Maximum(Binary):
     __slots__ = ()
     expression = "max"
 
-    # MLX's subgradient: a tie (a == b) sends the gradient to b.
+    # MLX's subgradient: a tie (a == b) sends the gradient to b. max(a, b) > b exactly
+    # where a > b (a NaN on either side: neither), so a's partial reads the output, which
+    # a ReLU's next layer keeps anyway, and a compiled backward need not keep a as well.
     def partial(self, i, a, b, y):
-        return mx.less_equal(a, b) if i else mx.greater(a, b)
+        return mx.less_equal(a, b) if i else mx.greater(a if y is None else y, b)
 
 
 class Minimum(Binary):
     __slots__ = ()
     expression = "min"
 
-    # As for maximum, a tie sends the gradient to b.
+    # As for maximum, a tie sends the gradient to b (and min(a, b) < b exactly where a < b).
     def partial(self, i, a, b, y):
-        return mx.greater_equal(a, b) if i else mx.less(a, b)
+        return mx.greater_equal(a, b) if i else mx.less(a if y is None else y, b)
 
 
 class LogAddExp(Binary):

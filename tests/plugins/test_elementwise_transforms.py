@@ -141,6 +141,21 @@ def test_maximum_minimum_ties_go_to_the_second_argument():
     assert ga.tolist() == [0, 1, 0, 0, 0] and gb.tolist() == [1, 0, 1, 1, 1]
     ga, gb = _vjp(mx.maximum, [math.nan, 1.0], [1.0, math.nan])
     assert ga.tolist() == [0, 0] and gb.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_maximum_minimum_partials_at_signed_zeros_infinities_and_nans(compiled):
+    """a's partial is computed from the output (max(a, b) > b where a > b): the same
+    masks as from a, eagerly and compiled (where the fused backward reads the output)."""
+    a = np.array([-0.0, 0.0, math.inf, -math.inf, math.nan, 1.0, math.nan, -math.inf, 2.0])
+    b = np.array([0.0, -0.0, math.inf, 1.0, 0.0, math.nan, math.nan, -math.inf, -math.inf])
+    with np.errstate(invalid="ignore"):
+        for fn, first, second in ((mx.maximum, a > b, a <= b), (mx.minimum, a < b, a >= b)):
+            grads = mx.compile(lambda x, y, fn=fn: _vjp(fn, x, y)) if compiled else \
+                (lambda x, y, fn=fn: _vjp(fn, x, y))
+            ga, gb = grads(mx.array(a, mx.float32), mx.array(b, mx.float32))
+            assert ga.tolist() == first.astype(float).tolist(), fn
+            assert gb.tolist() == second.astype(float).tolist(), fn
     (g,) = _vjp(lambda x: mx.clip(x, 0.0, 2.0), [-1.0, 0.0, 1.0, 2.0, 3.0])
     assert g.tolist() == [0, 0, 1, 0, 0]
 

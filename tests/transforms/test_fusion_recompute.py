@@ -157,3 +157,17 @@ def test_shapeless_traces_are_left_alone(monkeypatch):
     np.testing.assert_allclose(np.asarray(got[1][1]),
                                _reference(ACTIVATIONS["gelu"][1], x, w, b, c)[2],
                                rtol=2e-4, atol=2e-3)
+
+
+def test_a_relu_layers_forward_stores_the_activation_alone():
+    """maximum's partial reads its output, which the next product reads anyway: the
+    compiled ReLU layer's forward kernel stores relu(x @ w + b) and nothing else."""
+    x, w, b, v = _data((64, 32), (32, 128), (128,), (128, 4), seed=5)
+    args = [mx.array(a) for a in (x, w, b, v)]
+    f = mx.compile(_step(nn.relu))
+    loss, (dw, db) = f(*args)
+    want = _reference(lambda h: np.maximum(h, 0.0), x, w, b, v)
+    np.testing.assert_allclose(float(loss.item()), want[0], rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(dw), want[1], rtol=2e-4, atol=2e-3)
+    np.testing.assert_allclose(np.asarray(db), want[2], rtol=2e-4, atol=2e-3)
+    assert _stored(f) == 2  # the activation (forward), the cotangent (backward)
