@@ -203,6 +203,21 @@ def test_calloc_gives_zeros_even_from_the_cache(handler):
     assert not small.any() and handler_name(small) == "lazyx_allocator"
 
 
+def test_a_request_takes_the_block_of_its_size_freed_last(handler):
+    """Among cached blocks of one size, the one freed last (likely still in cache): a
+    compiled plan frees an intermediate just before it allocates the next of that size."""
+    mx.clear_cache()
+    blocks = [np.empty(N, np.float32) for _ in range(3)]
+    addresses = [b.ctypes.data for b in blocks]
+    del blocks[1]   # freed first
+    del blocks[-1]  # freed last (the third)
+    del blocks[0]   # freed last of all
+    for want in (addresses[0], addresses[2], addresses[1]):
+        got = np.empty(N, np.float32)
+        assert got.ctypes.data == want
+        blocks.append(got)  # held, so the next request takes the next newest
+
+
 @pytest.mark.parametrize("sizes", [(10, 1000), (1000, 10), (N, 2 * N), (2 * N, 100), (100, N)])
 def test_realloc_keeps_data_and_accounting(handler, sizes):
     old, new = sizes

@@ -10,8 +10,8 @@
 // rounding, no header), a freed block goes to an LRU cache keyed by size while
 // the cache stays under the cache limit (MLX's rule: a block that would pass it
 // is freed instead), and a request takes the smallest cached block that fits
-// and is less than twice its size (or two pages larger), counted at that
-// block's size. Reuse avoids the page faults a fresh mmap costs on every large
+// and is less than twice its size (or two pages larger), the one freed last among
+// blocks of that size (likely still in cache), counted at that block's size. Reuse avoids the page faults a fresh mmap costs on every large
 // allocation. Blocks of kMinAligned bytes or more are aligned to 64 bytes. The
 // cache is released when active + cache + a new request would pass the memory
 // limit. reset_peak() sets the peak to 0, as MLX does.
@@ -162,7 +162,10 @@ void deallocate(void* data) {
   s.active -= std::min(s.active, cap);
   if (cap > 0 && s.cache + cap <= s.cache_limit) {  // an empty block is never reused
     s.lru.emplace_front(cap, data);
-    s.by_size.emplace(cap, s.lru.begin());
+    // First among the blocks of its size, so that a request takes the block freed last:
+    // the one most likely still in cache (a plan frees an intermediate just before it
+    // allocates the next of that size).
+    s.by_size.emplace_hint(s.by_size.lower_bound(cap), cap, s.lru.begin());
     s.cache += cap;
   } else {
     h->tag = 0;
