@@ -307,6 +307,32 @@ def test_take_along_axis(dtype):
     assert_close(mx.take_along_axis(lx, mx.array(flat), None), x.reshape(-1)[flat], dtype)
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64, np.uint8])
+def test_take_along_the_rows_of_a_matrix(index_dtype):
+    """A 2-d gather along axis 1 with indices for every row (a cross entropy's targets:
+    the CPU kernel's one-fancy-index path) against NumPy, with negative, repeated and
+    several indices per row, and a row broadcast (the general path); an index past the
+    row raises naming the shapes."""
+    g = rng(10)
+    x = random_array((6, 5), mx.float32, g)
+    lx = to_lazyx(x)
+    low = 0 if index_dtype is np.uint8 else -5
+    for k in (1, 3, 7):
+        idx = g.integers(low, 5, size=(6, k)).astype(index_dtype)
+        assert_close(mx.take_along_axis(lx, mx.array(idx), 1), np.take_along_axis(x, idx, 1),
+                     mx.float32)
+    row = np.array([[4, 0]], index_dtype)
+    assert_close(mx.take_along_axis(lx, mx.array(row), 1),
+                 np.take_along_axis(x, np.broadcast_to(row, (6, 2)), 1), mx.float32)
+    empty = mx.take_along_axis(to_lazyx(np.zeros((0, 5), np.float32)),
+                               mx.array(np.zeros((0, 1), index_dtype)), 1)
+    assert empty.shape == (0, 1)
+    bad = np.zeros((6, 1), index_dtype)
+    bad[3, 0] = 5
+    with pytest.raises(IndexOutOfRangeError, match=r"\(6, 5\)"):
+        mx.eval(mx.take_along_axis(lx, mx.array(bad), 1))
+
+
 @pytest.mark.parametrize("dtype", [mx.bool_, mx.int32, mx.float32], ids=ids)
 def test_put_along_axis(dtype):
     g = rng(9)
