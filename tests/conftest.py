@@ -20,3 +20,12 @@ def on_cpu():
     from lazyx.testing import running_on
     with running_on("cpu"):
         yield
+
+
+@pytest.fixture
+def cpu_backend():
+    """Run the test on the native ``cpu`` backend's CPU stream, whatever the default
+    device and backend (tests of its kernels, of fusion into C++, of its buffers)."""
+    import lazyx.core as mx
+    with mx.use_backend("cpu", "cpu"), mx.stream(mx.cpu):
+        yield

@@ -22,10 +22,8 @@ pytestmark = pytest.mark.skipif(native is None, reason="the native module was no
 
 
 @pytest.fixture(autouse=True)
-def cpu_backend():
-    with mx.use_backend("cpu", "cpu"), mx.stream(mx.cpu):
-        mx.eval(mx.ones((2, 2)) @ mx.ones((2, 2)))  # the backend's kernels load: use_pool runs
-        yield
+def kernels_loaded(cpu_backend):
+    mx.eval(mx.ones((2, 2)) @ mx.ones((2, 2)))  # the backend's kernels load: use_pool runs
 
 
 def _pooled() -> bool:

@@ -13,14 +13,9 @@ from lazyx.backends.cpu import native_kernels
 from lazyx.backends.cpu.kernels import products
 
 native = native_kernels.load()
-pytestmark = pytest.mark.skipif(native is None or not hasattr(native, "skinny_matmul_float32"),
-                                reason="the native module was not built")
-
-
-@pytest.fixture(autouse=True)
-def on_the_cpu():
-    with mx.use_backend("cpu", "cpu"), mx.stream(mx.cpu):
-        yield
+pytestmark = [pytest.mark.skipif(native is None or not hasattr(native, "skinny_matmul_float32"),
+                                 reason="the native module was not built"),
+              pytest.mark.usefixtures("cpu_backend")]
 
 
 def _check(got, a, b):

@@ -14,11 +14,8 @@ from lazyx.backends.cpu import native_kernels
 N = 1 << 14  # float32 elements: 64 KiB
 
 
-@pytest.fixture(autouse=True)
-def cpu_backend():
-    # Addresses and peak figures are the CPU's: the test runs there whatever the default.
-    with mx.use_backend("cpu", "cpu"), mx.stream(mx.cpu):
-        yield
+# Addresses and peak figures are the CPU's: the test runs there whatever the default.
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
 def assert_close(got, want, rtol=1e-6, atol=1e-6):

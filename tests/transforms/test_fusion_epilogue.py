@@ -13,10 +13,7 @@ from lazyx.transforms import fusion
 from lazyx.transforms.fusion import Compiled
 
 
-@pytest.fixture(autouse=True)
-def on_the_cpu():
-    with mx.use_backend("cpu", "cpu"), mx.stream(mx.cpu):
-        yield
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
 def _classes(f):

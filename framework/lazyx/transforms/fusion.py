@@ -207,10 +207,7 @@ def _split_epilogues(tape, kinds) -> None:
             readers.setdefault(x, []).append(nd)
 
     def fuses_with(reader, slot, stream):
-        return reader.prim.stream == stream and reader.outputs and \
-            all(shapes[o] == shapes[slot] for o in reader.outputs) and _expression(
-                reader.prim, [ir.input(k, dtypes[x]) for k, x in enumerate(reader.inputs)],
-                [dtypes[o] for o in reader.outputs]) is not None
+        return reader.prim.stream == stream and _loop_shape(reader, shapes, dtypes) == shapes[slot]
 
     out = []
     for nd in nodes:
@@ -235,6 +232,20 @@ def _split_epilogues(tape, kinds) -> None:
 
 # -- fusibility ------------------------------------------------------------------------
 _warned_classes: set = set()
+
+
+def _loop_shape(nd, shapes, dtypes):
+    """The loop shape of tape node ``nd`` when it can join a fused group (its outputs of
+    one shape, its primitive written in the IR for these dtypes), else None."""
+    outs = nd.outputs
+    if not outs:
+        return None
+    s0 = shapes[outs[0]]
+    if any(shapes[s] != s0 for s in outs) or _expression(
+            nd.prim, [ir.input(k, dtypes[s]) for k, s in enumerate(nd.inputs)],
+            [dtypes[s] for s in outs]) is None:
+        return None
+    return s0
 
 
 def is_fusible(prim, dtypes) -> bool:
@@ -464,13 +475,10 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
 
     unit = []
     for i, nd in enumerate(nodes):
-        outs = nd.outputs
         u = _Unit(i)
-        if nd.prim.stream.kind in kinds and outs:
-            s0 = shapes[outs[0]]
-            if all(shapes[s] == s0 for s in outs) and _expression(
-                    nd.prim, [ir.input(k, dtypes[s]) for k, s in enumerate(nd.inputs)],
-                    [dtypes[s] for s in outs]) is not None:
+        if nd.prim.stream.kind in kinds:
+            s0 = _loop_shape(nd, shapes, dtypes)
+            if s0 is not None:
                 u = _Unit(i, s0, nd.prim.stream, {s for s in nd.inputs if s not in scalars})
         unit.append(u)
     grouping = _Grouping(unit, consumers, producers)
@@ -551,9 +559,10 @@ def fuse_elementwise(tape, force: bool = False, *, max_inputs: int = MAX_INPUTS,
     return tape
 
 
-def _rebuild(e: ir.Expr, leaves: dict, budget: list):
+def _rebuild(e: ir.Expr, leaves: dict, budget: list | None = None):
     """``e`` with the expressions of ``leaves`` (``{id(expr): replacement}``) replaced,
-    or None when it reaches another input or more than ``budget[0]`` ops."""
+    or None when it reaches another input or (with a ``budget``) more than ``budget[0]``
+    ops, which it counts down."""
     memo: dict = {}
 
     def go(x):
@@ -566,9 +575,10 @@ def _rebuild(e: ir.Expr, leaves: dict, budget: list):
             return None
         r = memo.get(id(x))
         if r is None:
-            budget[0] -= 1
-            if budget[0] < 0:
-                return None
+            if budget is not None:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return None
             args = []
             for a in x.args:
                 b = go(a)
@@ -659,10 +669,10 @@ def _recompute_in_readers(tape) -> None:
                 r = resolved.get(k)
                 if r is None:
                     refs = {id(old[kk]): resolve(kk) for kk in _inputs_of(recomputed[k])}
-                    r = resolved[k] = _rebuild(recomputed[k], refs, [1 << 30])
+                    r = resolved[k] = _rebuild(recomputed[k], refs)
             return r
         refs = {id(old[k]): resolve(k) for k in range(len(old))}
-        outs = [_rebuild(o, refs, [1 << 30]) for o in program.outputs]
+        outs = [_rebuild(o, refs) for o in program.outputs]
         new = ir.Program([program.inputs[k] for k in order], outs)
         changed[nd] = TapeNode(Compiled(nd.prim.stream, new), tuple(nd.inputs[k] for k in order),
                                nd.outputs)
@@ -677,7 +687,7 @@ def _recompute_in_readers(tape) -> None:
         nd = changed.get(nd, nd)  # (a reader's new node keeps its outputs)
         if gone:
             keep = [j for j, s in enumerate(nd.outputs) if s not in gone]
-            if not keep:  # pragma: no cover - a reader keeps loading one of its outputs
+            if not keep:  # every output is recomputed where it is read (constants alone)
                 continue
             pp = nd.prim.program
             nd = TapeNode(Compiled(nd.prim.stream, ir.Program(pp.inputs, [pp.outputs[j] for j in keep])),
