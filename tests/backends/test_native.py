@@ -86,6 +86,36 @@ def test_softmax_and_logsumexp_rows(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", NATIVE_DTYPES)
+@pytest.mark.parametrize("n", [1, 2, 7, 10, 16, 17, 31, 32, 33])
+def test_many_short_rows(dtype, n):
+    """Rows short enough to be taken a vector's width of rows at a time (one row per lane:
+    8 with AVX2, 16 with AVX-512), a row count that leaves a tail, and degenerate rows
+    (a NaN, +inf, all -inf) in the middle of a group and in the tail."""
+    x = np.random.default_rng(n).normal(0, 3, (37, n))
+    x[3, n // 2] = np.nan
+    x[9, 0] = np.inf
+    x[12] = -np.inf
+    x[20, -1] = -np.inf
+    x[35, 0] = np.nan
+    x = x.astype(np_dtype(dtype))
+    s = run_native("softmax", x, n, False)
+    ref = softmax64(x)
+    assert_matches(s, ref)
+    np.testing.assert_array_equal(np.isnan(s.astype(np.float64)), np.isnan(ref))
+    lse = run_native("logsumexp", x, n, True).astype(np.float64)
+    np.testing.assert_array_equal(lse[[3, 9, 12, 35]], [np.nan, np.inf, -np.inf, np.nan])
+    assert_matches(lse.astype(x.dtype), logsumexp64(x))
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, 7])
+def test_short_rows_over_threads(threads, num_threads):
+    threads(num_threads)
+    x = random_array((50_001, 10), mx.float32, low=-20, high=20)  # enough work for 3 threads
+    assert_matches(run_native("softmax", x, 10, False), softmax64(x))
+    assert_matches(run_native("logsumexp", x, 10, True), logsumexp64(x))
+
+
+@pytest.mark.parametrize("dtype", NATIVE_DTYPES)
 def test_rows_of_length_one(dtype):
     x = np.array([[-3.0], [0.0], [1e4], [-np.inf], [np.inf]], np_dtype(dtype))
     s = run_native("softmax", x, 1, False).astype(np.float64)

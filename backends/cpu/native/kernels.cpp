@@ -150,6 +150,35 @@ void softmax_row(const typename IO::T* x, typename IO::T* out, size_t n, float* 
   }
 }
 
+// Short rows (a classifier's logits): L rows at a time, one row per lane. The rows are copied into a column-major tile, so a row of 10 logits costs a
+// share of 10 vector max and exp operations instead of a pass of partial vectors
+// and the horizontal max and sum of its own (about 3x faster for 256 rows of 10).
+// A row whose max is not finite or that holds a NaN is degenerate, as row_stats
+// says, and is finished by the scalar code of the row path. The crossovers (AVX2, 256
+// rows): logsumexp gains up to 32 elements a row; softmax, which scatters its output
+// back into rows, up to 16.
+constexpr size_t kShortRow = 32, kShortSoftmaxRow = 16;
+
+struct ShortStats {
+  vn max;
+  vn sum;
+};
+
+template <class IO>
+ShortStats short_stats(const typename IO::T* x, size_t n, float (*tile)[L]) {
+  for (size_t j = 0; j < n; ++j)
+    for (int k = 0; k < L; ++k) tile[j][k] = IO::scalar(x[k * n + j]);
+  vn m = lanes::F32::load(tile[0]);
+  for (size_t j = 1; j < n; ++j) m = vmax(m, lanes::F32::load(tile[j]));
+  vn s = splat(0.0f);
+  for (size_t j = 0; j < n; ++j) s += lanes::exp_nonpositive(lanes::F32::load(tile[j]) - m);
+  return {m, s};
+}
+
+inline bool degenerate_lane(const ShortStats& st, int k) {
+  return !std::isfinite(st.max[k]) || st.sum[k] != st.sum[k];
+}
+
 template <class IO>
 void softmax_impl(const void* xv, void* outv, size_t rows, size_t n) {
   using T = typename IO::T;
@@ -157,7 +186,21 @@ void softmax_impl(const void* xv, void* outv, size_t rows, size_t n) {
   T* out = static_cast<T*>(outv);
   parallel_for(rows, n, [=](size_t b, size_t e) {
     std::vector<float> mblk((n + kBlock - 1) / kBlock + 1);
-    for (size_t r = b; r < e; ++r) softmax_row<IO>(x + r * n, out + r * n, n, mblk.data());
+    size_t r = b;
+    if (n <= kShortSoftmaxRow) {
+      alignas(64) float tile[kShortSoftmaxRow][L];
+      for (; r + L <= e; r += L) {
+        const ShortStats st = short_stats<IO>(x + r * n, n, tile);
+        const vn inv = splat(1.0f) / st.sum;
+        for (size_t j = 0; j < n; ++j) {
+          const vn v = lanes::exp_nonpositive(lanes::F32::load(tile[j]) - st.max) * inv;
+          for (int k = 0; k < L; ++k) out[(r + k) * n + j] = IO::from_float(v[k]);
+        }
+        for (int k = 0; k < L; ++k)
+          if (degenerate_lane(st, k)) fill_row<IO>(out + (r + k) * n, n, std::numeric_limits<float>::quiet_NaN());
+      }
+    }
+    for (; r < e; ++r) softmax_row<IO>(x + r * n, out + r * n, n, mblk.data());
   });
 }
 
@@ -167,7 +210,19 @@ void logsumexp_impl(const void* xv, void* outv, size_t rows, size_t n) {
   const T* x = static_cast<const T*>(xv);
   T* out = static_cast<T*>(outv);
   parallel_for(rows, n, [=](size_t b, size_t e) {
-    for (size_t r = b; r < e; ++r) {
+    size_t r = b;
+    if (n <= kShortRow) {
+      alignas(64) float tile[kShortRow][L];
+      for (; r + L <= e; r += L) {
+        const ShortStats st = short_stats<IO>(x + r * n, n, tile);
+        for (int k = 0; k < L; ++k) {
+          const float v = degenerate_lane(st, k) ? degenerate_logsumexp<IO>(x + (r + k) * n, n)
+                                                 : static_cast<float>(double(st.max[k]) + std::log(double(st.sum[k])));
+          out[r + k] = IO::from_float(v);
+        }
+      }
+    }
+    for (; r < e; ++r) {
       const T* row = x + r * n;
       const RowStats st = row_stats<IO, false>(row, n, nullptr, nullptr);
       const float v = degenerate(st) ? degenerate_logsumexp<IO>(row, n)

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -149,9 +150,30 @@ struct F16 {
   static T from_float(float f) { return float_to_f16(f); }
 };
 
-// The first k < L elements (the rest read `fill`), and a store of the first k.
+// The first k < L elements (the rest read `fill`), and a store of the first k. float32
+// uses masked loads and stores (which touch no memory past the k elements); a copy
+// through a buffer of variable length k calls memcpy, which made a row of 10 floats
+// cost as much as one of 100 in the row kernels (softmax, logsumexp).
+#if defined(__AVX512F__)
+inline __mmask16 first_lanes(size_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
+#elif defined(__AVX2__)
+inline __m256i first_lanes(size_t k) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(k)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
 template <class IO>
 inline vn load_partial(const typename IO::T* p, size_t k, float fill) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if constexpr (std::is_same_v<IO, F32>) {
+#if defined(__AVX512F__)
+    return (vn)_mm512_mask_loadu_ps(_mm512_set1_ps(fill), first_lanes(k), p);
+#else
+    const __m256i m = first_lanes(k);
+    return (vn)_mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+#endif
+  }
+#endif
   typename IO::T buf[L];
   const typename IO::T f = IO::from_float(fill);
   for (int i = 0; i < L; ++i) buf[i] = f;
@@ -161,6 +183,16 @@ inline vn load_partial(const typename IO::T* p, size_t k, float fill) {
 
 template <class IO>
 inline void store_partial(typename IO::T* p, vn v, size_t k) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if constexpr (std::is_same_v<IO, F32>) {
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, first_lanes(k), (__m512)v);
+#else
+    _mm256_maskstore_ps(p, first_lanes(k), (__m256)v);
+#endif
+    return;
+  }
+#endif
   typename IO::T buf[L];
   IO::store(buf, v);
   std::memcpy(p, buf, k * sizeof(typename IO::T));
