@@ -259,8 +259,8 @@ class NumberOfElements(NoGradient, Primitive):
     ``inverted``; ``inf`` for none) as a 0-d array of ``dtype``.
 
     Only the input's shape is read. ``mean``, ``var`` and ``std`` use it inside a
-    compile trace, so a shapeless compile counts at each call's shapes; it has no
-    gradient.
+    compile trace, so a shapeless compile counts at each call's shapes (a compile at
+    fixed shapes folds it into a constant, :meth:`constant_at`); it has no gradient.
     """
 
     __slots__ = ("axes", "inverted", "dtype")
@@ -271,6 +271,12 @@ class NumberOfElements(NoGradient, Primitive):
 
     def output_shapes(self, inputs):
         return [()]
+
+    def constant_at(self, shapes):
+        n = _size(shapes[0], self.axes)
+        if self.inverted:
+            return 1.0 / n if n else float("inf")
+        return n
 
     def vmap(self, inputs, axes):
         # The count is the same for every example: the axes move past the batch axis.

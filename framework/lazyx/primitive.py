@@ -444,6 +444,13 @@ class Primitive:
         (a cast to the input's dtype, a reshape to its shape): ``compile`` drops it."""
         return False
 
+    def constant_at(self, shapes):
+        """The value of this node's one 0-d output as a Python number when the input
+        shapes ``shapes`` alone give it (an element count), else None. A compile at
+        fixed shapes (which traces again for new shapes) makes such a node a constant,
+        which fuses into its readers; a shapeless one keeps the node."""
+        return None
+
     def __repr__(self) -> str:
         ps = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._param_names)
         return f"{self.name}({ps})"

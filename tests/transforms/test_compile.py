@@ -787,3 +787,41 @@ def test_full_like_fuses_into_its_consumers(shapeless):
         assert_close(got, 2.0 - 0.5 * x.astype(np.float64))
     (entry,) = f.cache.entries.values()
     assert [type(n.prim) for n in entry.run_tape.nodes] == [Compiled]
+
+
+@pytest.mark.parametrize("shapeless", [False, True])
+def test_element_counts_are_constants_at_fixed_shapes(shapeless):
+    """``mean``, ``var`` and ``std`` count elements with a NumberOfElements node. At
+    fixed shapes (a new shape traces again) the plan holds the count as a constant,
+    which fuses into its readers; a shapeless plan keeps the node, to count at each
+    call's shapes. The unfused tape keeps it either way: it is what an outer shapeless
+    trace inlines."""
+    from lazyx.plugins.reductions import NumberOfElements
+
+    def fun(x):
+        return mx.mean(x, axis=1), mx.var(x), mx.std(x, axis=0, ddof=1), mx.mean(x * x)
+
+    f = mx.compile(fun, shapeless=shapeless)
+    for n in ((3, 4), (5, 7)):
+        a = np.random.default_rng(n[0]).standard_normal(n)
+        got = f(mx.array(a.astype(np.float32)))
+        for g, want in zip(got, (a.mean(1), a.var(), a.std(0, ddof=1), (a * a).mean())):
+            assert_close(g, want)
+    entries = list(f.cache.entries.values())
+    assert len(entries) == (1 if shapeless else 2)
+
+    def counts(tape):
+        return sum(type(n.prim) is NumberOfElements for n in tape.nodes)
+    for e in entries:
+        assert counts(e.tape) > 0
+        assert (counts(e.run_tape) > 0) == shapeless
+
+
+def test_a_fixed_shape_compile_inlined_into_a_shapeless_one_counts_at_each_shape():
+    inner = mx.compile(lambda x: x - mx.mean(x))
+    x3 = np.arange(3, dtype=np.float32)
+    assert_close(inner(mx.array(x3)), x3 - 1.0)  # traced (and planned) at shape (3,)
+    outer = mx.compile(lambda x: inner(x) * 2, shapeless=True)
+    for n in (3, 5, 8):
+        a = np.arange(n, dtype=np.float32)
+        assert_close(outer(mx.array(a)), (a - a.mean()) * 2.0)

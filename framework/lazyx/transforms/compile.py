@@ -81,9 +81,11 @@ from .. import dtypes as _dt
 from .. import environment as _environment
 from ..environment import read_variable
 from .. import scheduler as _scheduler
+from ..arguments import constant
 from ..array import array, lazy, lazy_multi
 from ..device import to_stream
-from ..errors import ArgumentError, KernelOutputError, ShapelessCompileError, TransformError
+from ..errors import (ArgumentError, KernelOutputError, LazyxError, ShapelessCompileError,
+                      TransformError)
 from ..primitive import Primitive
 from .fusion import Compiled, fuse_elementwise
 from .placeholder import InputPlaceholder
@@ -398,6 +400,73 @@ def remove_dead_nodes(tape: Tape) -> Tape:
 def simplify(tape: Tape) -> Tape:
     """Constant merging, common-subexpression elimination and dead-node removal."""
     return remove_dead_nodes(eliminate_common_subexpressions(merge_constants(tape)))
+
+
+#: The most elements an output of a node whose inputs are all constants may have for
+#: :func:`fold_constants` to compute it once, at the trace, instead of at every call.
+FOLD_MAX_ELEMENTS = 64
+
+
+def fold_constants(tape: Tape) -> Tape:
+    """Make constant slots of the outputs of nodes that do not depend on the call:
+    at fixed shapes, a node whose one 0-d output the input shapes alone give
+    (:meth:`Primitive.constant_at`: ``mean``'s element count; a shapeless tape keeps
+    them, to count at each call's shapes); and a node whose inputs are all constants
+    and whose outputs have at most :data:`FOLD_MAX_ELEMENTS` elements (``1.0 * (1 / n)``
+    in ``mean``'s gradient), evaluated here once. A constant fuses into its readers as
+    a literal; a node that runs costs its dispatch at every call. A node whose
+    evaluation raises is left to raise at the call."""
+    kept = []
+    where = {id(c): s for s, c in tape.constants.items()}
+    alias = {}  # constants are cached: one slot per array object, as the plan binds them
+    consts = tape.constants
+
+    def bind(s, c):
+        t = where.setdefault(id(c), s)
+        if t == s:
+            consts[s] = c
+        else:
+            alias[s] = t
+
+    for n in tape.nodes:
+        ins = [alias.get(i, i) for i in n.inputs]
+        outs = n.outputs
+        if all(i in consts for i in ins) and \
+                all(_elements(tape.shapes[o]) <= FOLD_MAX_ELEMENTS for o in outs):
+            values = _evaluate_node(n.prim, [consts[i] for i in ins],
+                                    [tape.shapes[o] for o in outs], [tape.dtypes[o] for o in outs])
+            if values is not None:
+                for o, c in zip(outs, values):
+                    bind(o, c)
+                continue
+        if not tape.shapeless and len(outs) == 1 and tape.shapes[outs[0]] == ():
+            v = n.prim.constant_at([tape.shapes[i] for i in n.inputs])
+            if v is not None:
+                bind(outs[0], constant(v, tape.dtypes[outs[0]]))
+                continue
+        kept.append(n)
+    tape.nodes = kept
+    if alias:
+        _rename(tape, alias)
+    return tape
+
+
+def _elements(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _evaluate_node(prim, ins, shapes, dtypes):
+    """The evaluated outputs of ``prim`` on evaluated ``ins``, or None if it raises."""
+    outs = lazy_multi(shapes, dtypes, prim, tuple(ins)) if len(shapes) > 1 else \
+        [lazy(tuple(shapes[0]), dtypes[0], prim, tuple(ins))]
+    try:
+        _scheduler.eval(*outs)
+    except LazyxError:
+        return None
+    return outs
 
 
 #: Whether traces are fused; benchmarks switch it off to measure the plan alone.
@@ -1057,7 +1126,7 @@ def _trace(fun, leaves, treedef, has_kwargs: bool, state_in, state_out,
     roots = returned + state_arrays
     tape = simplify(_build(roots, handles, shapeless, False))
     run_tape = simplify(_build(roots, handles, shapeless, True)) if tape.custom else _copy(tape)
-    run_tape = _fuse(run_tape)
+    run_tape = _fuse(fold_constants(run_tape))
     entry = _Entry(tape, run_tape, out_def, template, len(returned), state_paths, state_defs)
     name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
     entry.label = f"compile({name or type(fun).__name__})"  # what its C++ build announces
