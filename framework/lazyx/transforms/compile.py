@@ -20,9 +20,11 @@ How a call of ``compile(fun)`` runs:
    (:meth:`Primitive.is_noop`); then small identical constants merge, equivalent
    nodes merge (common-subexpression elimination through
    :meth:`Primitive.is_equivalent`: same class, same parameters, same inputs),
-   and nodes no output needs are removed. Then, if the fusion pass exists,
-   ``lazyx.transforms.fusion.fuse_elementwise(tape) -> tape`` fuses element-wise
-   runs for execution.
+   and nodes no output needs are removed. The tape that runs (a copy) then folds
+   nodes that do not depend on the call into constants (:func:`fold_constants`:
+   at fixed shapes an element count, then small nodes of constants alone), and,
+   if the fusion pass exists, ``lazyx.transforms.fusion.fuse_elementwise(tape) ->
+   tape`` fuses element-wise runs for execution.
 4. **Replay.** A call adds ONE node to the graph: a :class:`CompiledCall` whose
    inputs are the call's arrays, the ``inputs=`` arrays and the constants. Its
    kernel runs a generated Python function, the *plan*: one line per tape node
