@@ -112,19 +112,21 @@ class _Plan:
     """What a call at one set of input shapes needs."""
 
     __slots__ = ("program", "shape", "size", "dtypes", "kernel", "contiguous", "scalar",
-                 "parallel", "layouts", "checked")
+                 "parallel", "layouts", "checked", "rows")
 
 
 _kernels: dict = {}
 _plans: dict = {}
 
 
-def kernel_for(program, scalar: tuple) -> _Kernel:
-    """The built kernel of ``program`` for the scalar mask ``scalar`` (cached)."""
-    key = (program, scalar)
+def kernel_for(program, scalar: tuple, rows: tuple | None = None) -> _Kernel:
+    """The built kernel of ``program`` for the scalar mask ``scalar`` and, for a strided
+    path that runs rows, the row mask ``rows`` (see :func:`lazyx.codegen.cpp.render`;
+    cached)."""
+    key = (program, scalar, rows)
     k = _kernels.get(key)
     if k is None:
-        source = cpp.render(program, scalar, jit.vector_math_header())
+        source = cpp.render(program, scalar, jit.vector_math_header(), rows)
         jit.prefetch_shim()  # the kernel's call needs the shim too: both compile at once
         k = _kernels[key] = _Kernel(jit.build(source))
     return k
@@ -156,8 +158,43 @@ def _plan(program, inputs):
     p.parallel = p.size * _cost(program) >= PARALLEL_WORK
     p.layouts = {}
     p.checked = False
-    p.kernel = kernel_for(program, p.scalar)
+    # Inputs that broadcast (a bias): the strided path runs rows of the last dimension,
+    # in the layout C-contiguous inputs of these shapes take; the kernel of any other
+    # layout is built when one comes (see _layout).
+    p.rows = None if p.contiguous is not None else _row_mask(shape, inputs, p.scalar)
+    p.kernel = kernel_for(program, p.scalar, p.rows)
     return p
+
+
+class _CLayout:
+    """The shape, strides and item size of a C-contiguous array of ``x``'s shape."""
+
+    __slots__ = ("shape", "ndim", "strides", "itemsize")
+
+    def __init__(self, x):
+        self.shape, self.ndim, self.itemsize = x.shape, x.ndim, x.itemsize
+        self.strides = _c_strides(x.shape, x.itemsize)
+
+
+def _row_mask(shape, inputs, scalar):
+    """The row mask (:func:`lazyx.codegen.cpp.render`) of C-contiguous ``inputs`` of
+    these shapes, or None when one would not read its elements of a row at stride 0
+    or 1."""
+    got = collapse(shape, [_CLayout(x) for x in inputs], scalar)
+    if got is None or not got[0]:
+        return None
+    return _fitting_rows(got[1], scalar)
+
+
+def _fitting_rows(strides, scalar):
+    """The row mask of a collapsed layout's per-input element ``strides``, or None."""
+    mask = []
+    for st, sc in zip(strides, scalar):
+        inner = 0 if sc else st[-1]
+        if inner not in (0, 1):
+            return None
+        mask.append(not sc and inner == 0)
+    return tuple(mask)
 
 
 def _c_strides(shape, itemsize) -> tuple:
@@ -262,9 +299,15 @@ def collapse(shape, inputs, scalar):
 
 
 def _layout(p: _Plan, inputs):
-    """The collapsed loop shape and element strides (bytes for the kernel), or None."""
-    return cached_layout(p, inputs, lambda dims, strides: (
-        np.asarray(dims + [v for s in strides for v in s], dtype=np.int64).tobytes(), len(dims)))
+    """The collapsed loop shape and element strides (bytes for the kernel), and the
+    kernel whose strided path runs it, or None."""
+    def make(dims, strides):
+        kernel = p.kernel
+        if p.rows is not None and _fitting_rows(strides, p.scalar) != p.rows:
+            kernel = kernel_for(p.program, p.scalar)  # not the rows the plan's kernel runs
+        return (np.asarray(dims + [v for s in strides for v in s], dtype=np.int64).tobytes(),
+                len(dims), kernel)
+    return cached_layout(p, inputs, make)
 
 
 def _plan_for(program, inputs):
@@ -295,7 +338,7 @@ def _run(p: _Plan, inputs, outs, what):
             layout = _layout(p, inputs)
             if layout is None:
                 return False
-            rc = _call_strided(p.kernel, arrays, layout[0], layout[1], n, threads)
+            rc = _call_strided(layout[2], arrays, layout[0], layout[1], n, threads)
         if rc:
             raise KernelOutputError(f"The generated kernel of {what!r} failed (code {rc}); "
                                     f"its outputs were discarded.")

@@ -244,9 +244,82 @@ def test_collapsed_layouts_are_cached_per_strides(paths):
         assert_close(out, xd.astype(np.float64) * yd + xd, f32)
     plan = compiled._plans[(id(p), ((6, 8), (8,)))]
     assert len(plan.layouts) == 1
-    # Merging leaves the row-broadcast as two dimensions.
-    (layout, nd), = plan.layouts.values()
+    # Merging leaves the row-broadcast as two dimensions; the plan's kernel runs its rows.
+    (layout, nd, kernel), = plan.layouts.values()
     assert nd == 2 and list(np.frombuffer(layout, np.int64)) == [6, 8, 8, 1, 0, 1]
+    assert plan.rows == (False, False) and kernel is plan.kernel
+
+
+def _rows_program(dtype=f32):
+    """``exp(x + y) * x - z`` and ``y * z`` (three inputs, two outputs): ``exp`` is what
+    the strided path's runtime strides keep from vectorising."""
+    x, y, z = ir.input(0, dtype), ir.input(1, dtype), ir.input(2, dtype)
+    e = ir.apply("exp", ir.apply("add", x, y))
+    return ir.Program([dtype] * 3, [ir.apply("sub", ir.apply("mul", e, x), z),
+                                    ir.apply("mul", y, z)])
+
+
+ROW_CASES = [  # shapes of x, y, z; the row mask of C-contiguous inputs
+    ((6, 9), (9,), (6, 1), (False, False, True)),            # a bias, a per-row value
+    ((6, 9), (6, 1), (1,), (False, True, False)),            # z a scalar
+    ((4, 5, 7), (5, 1), (4, 5, 7), (False, True, False)),
+    ((4, 5, 7), (4, 1, 7), (7,), (False, False, False)),     # broadcast in the middle
+    ((3, 1, 11), (3, 4, 1), (11,), (False, True, False)),    # the loop's shape from two
+    ((2, 3), (3,), (2, 3), None),                             # rows of 3 ... and a column:
+]
+
+
+@pytest.mark.parametrize("dtype", [f32, mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("xs, ys, zs, rows", ROW_CASES)
+def test_broadcast_inputs_run_rows(xs, ys, zs, rows, dtype, paths):
+    """Inputs of other shapes than the loop's (a bias, a per-row statistic) take the
+    strided path; when each reads a row at stride 1 or 0, the plan's kernel runs rows
+    (a value per row for the stride-0 inputs, pointers for the others)."""
+    gen = rng(11)
+    datas = [random_array(sh, dtype, gen) for sh in (xs, ys, zs)]
+    p = _rows_program(dtype)
+    out, prod = run_program(p, *[to_lazyx(d) for d in datas])
+    x, y, z = [d.astype(np.float64) for d in datas]
+    # Each op's result rounded to the dtype, as the kernel (and NumPy) round halves.
+    r = (lambda v: v) if dtype == f32 else (lambda v: v.astype(datas[0].dtype).astype(np.float64))
+    assert_close(out, r(r(r(np.exp(r(x + y))) * x) - z), dtype)
+    assert_close(prod, np.broadcast_to(r(y * z), out.shape), dtype)
+    assert paths["strided"] == 1
+    plan = compiled._plans[(id(p), (xs, ys, zs))]
+    (_, _, kernel), = plan.layouts.values()
+    if rows is not None:
+        assert plan.rows == rows and kernel is plan.kernel
+    else:
+        assert plan.rows == (False, False, False)
+
+
+@pytest.mark.parametrize("how", ["transposed", "strided"])
+def test_a_layout_other_than_the_plans_rows_gets_the_strided_kernel(how, paths):
+    gen = rng(12)
+    xd, yd, zd = random_array((7, 6), f32, gen), random_array((6,), f32, gen), \
+        random_array((7, 1), f32, gen)
+    p = _rows_program()
+    run_program(p, *[to_lazyx(d) for d in (xd, yd, zd)])  # C-contiguous: the plan's rows
+    out, prod = run_program(p, _view(xd, how), to_lazyx(yd), to_lazyx(zd))
+    x, y, z = [d.astype(np.float64) for d in (xd, yd, zd)]
+    assert_close(out, np.exp(x + y) * x - z, f32)
+    assert_close(prod, y * z, f32)
+    plan = compiled._plans[(id(p), ((7, 6), (6,), (7, 1)))]
+    kernels = [k for (_, _, k) in plan.layouts.values()]
+    assert len(kernels) == 2 and kernels[0] is plan.kernel and kernels[1] is not plan.kernel
+
+
+@pytest.mark.parametrize("n", [1, 5, 64, 257])
+def test_rows_split_over_threads_at_any_element(n, monkeypatch):
+    """A thread's chunk may start and end inside a row."""
+    monkeypatch.setattr(compiled, "PARALLEL_WORK", 1)
+    monkeypatch.setattr(compiled, "_threads", lambda: 3)
+    gen = rng(n)
+    datas = [random_array(sh, f32, gen) for sh in ((n, 13), (13,), (n, 1))]
+    out, prod = run_program(_rows_program(), *[to_lazyx(d) for d in datas])
+    x, y, z = [d.astype(np.float64) for d in datas]
+    assert_close(out, np.exp(x + y) * x - z, f32)
+    assert_close(prod, y * z, f32)
 
 
 def test_too_many_dimensions_after_merging_fall_back_to_the_reference(paths):

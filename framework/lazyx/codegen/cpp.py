@@ -613,13 +613,19 @@ def _wrap(table, d, text):
     return f.format(text) if f is not None else text
 
 
-def render(program: Program, scalar: tuple, header: str = "") -> str:
+def render(program: Program, scalar: tuple, header: str = "", rows: tuple | None = None) -> str:
     """The C++ source of ``program``'s kernel.
 
     Args:
         program: the fused program.
         scalar: one bool per input: True for an input of one element (loaded once).
         header: declarations to insert after the includes (the JIT's vector math).
+        rows: None, or the *row mask* of a kernel whose strided path runs rows: one bool
+            per input, True for an input broadcast along the loop's last dimension
+            (inner stride 0: loaded once per row); every other non-scalar input must
+            have inner stride 1. The inner loop then reads plain pointers and
+            vectorises (a bias added before a transcendental function: the strided
+            path's runtime strides keep ``exp`` scalar, 4.5x slower).
     Returns:
         the source text; it exports ``lazyx_contiguous`` and ``lazyx_strided`` (the whole
         loop, on ``threads`` threads of its own) and ``lazyx_contiguous_range`` and
@@ -629,6 +635,10 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
     scalar = tuple(bool(s) for s in scalar)
     if len(scalar) != n_in:
         raise ValueError(f"scalar mask of {len(scalar)} entries for {n_in} inputs")
+    if rows is not None:
+        rows = tuple(bool(r) and not sc for r, sc in zip(rows, scalar))
+        if len(rows) != n_in:
+            raise ValueError(f"row mask of {len(rows)} entries for {n_in} inputs")
     ptrs = []
     for k, d in enumerate(program.inputs):
         st = STORAGE_TYPES[d]
@@ -653,7 +663,20 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         "  }"]
 
     strided_inputs = [k for k in range(n_in) if not scalar[k]]
-    sbody, sresults = CPP.body(program, scalar, lambda k: f"p{k}[q{k} + j * t{k}]")
+    row_start = []  # the rows kernel: per row, a value of each broadcast input, a pointer of each other
+    if rows is None:
+        sbody, sresults = CPP.body(program, scalar, lambda k: f"p{k}[q{k} + j * t{k}]")
+    else:
+        per_row = tuple(sc or r for sc, r in zip(scalar, rows))
+        sbody, sresults = CPP.body(program, per_row, lambda k: f"r{k}[j]")
+        used = used_inputs(program)
+        for k, d in enumerate(program.inputs):
+            if k not in used or scalar[k]:
+                continue
+            if rows[k]:
+                row_start.append(f"const {COMPUTE_TYPES[d]} s{k} = {CPP.load(d, f'p{k}[q{k}]')};")
+            else:
+                row_start.append(f"const {STORAGE_TYPES[d]}* r{k} = p{k} + q{k};")
     offsets = [f"int64_t q{k} = 0;" for k in strided_inputs]
     inner = [f"const int64_t t{k} = st[{k} * nd + nd - 1];" for k in strided_inputs]
     advance = [f"q{k} += cnt * t{k};" for k in strided_inputs]
@@ -669,6 +692,7 @@ def render(program: Program, scalar: tuple, header: str = "") -> str:
         "  const int64_t last = shape[nd - 1];",
         "  for (int64_t i = begin; i < end;) {",
         "    const int64_t cnt = std::min(last - idx[nd - 1], end - i);",
+    ] + _indent(row_start, 2) + [
         "    LX_IVDEP",
         "    for (int64_t j = 0; j < cnt; ++j) {",
     ] + _indent(sbody + stores(sresults, "i + j"), 3) + [
