@@ -72,6 +72,7 @@ from __future__ import annotations
 import builtins
 import functools
 import itertools
+import math
 import sys
 
 import numpy as np
@@ -434,7 +435,7 @@ def fold_constants(tape: Tape) -> Tape:
         ins = [alias.get(i, i) for i in n.inputs]
         outs = n.outputs
         if all(i in consts for i in ins) and \
-                all(_elements(tape.shapes[o]) <= FOLD_MAX_ELEMENTS for o in outs):
+                all(math.prod(tape.shapes[o]) <= FOLD_MAX_ELEMENTS for o in outs):
             values = _evaluate_node(n.prim, [consts[i] for i in ins],
                                     [tape.shapes[o] for o in outs], [tape.dtypes[o] for o in outs])
             if values is not None:
@@ -451,13 +452,6 @@ def fold_constants(tape: Tape) -> Tape:
     if alias:
         _rename(tape, alias)
     return tape
-
-
-def _elements(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _evaluate_node(prim, ins, shapes, dtypes):
