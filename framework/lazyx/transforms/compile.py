@@ -414,11 +414,13 @@ def fold_constants(tape: Tape) -> Tape:
     """Make constant slots of the outputs of nodes that do not depend on the call:
     at fixed shapes, a node whose one 0-d output the input shapes alone give
     (:meth:`Primitive.constant_at`: ``mean``'s element count; a shapeless tape keeps
-    them, to count at each call's shapes); and a node whose inputs are all constants
-    and whose outputs have at most :data:`FOLD_MAX_ELEMENTS` elements (``1.0 * (1 / n)``
-    in ``mean``'s gradient), evaluated here once. A constant fuses into its readers as
-    a literal; a node that runs costs its dispatch at every call. A node whose
-    evaluation raises is left to raise at the call."""
+    them, to count at each call's shapes); and an element-wise node (one that declares
+    ``to_expression``: a pure function of its inputs, unlike a collective or a callback)
+    whose inputs are all constants and whose outputs have at most
+    :data:`FOLD_MAX_ELEMENTS` elements (``1.0 * (1 / n)`` in ``mean``'s gradient),
+    evaluated here once. A constant fuses into its readers as a literal; a node that
+    runs costs its dispatch at every call. A node whose evaluation raises is left to
+    raise at the call."""
     kept = []
     where = {id(c): s for s, c in tape.constants.items()}
     alias = {}  # constants are cached: one slot per array object, as the plan binds them
@@ -434,7 +436,7 @@ def fold_constants(tape: Tape) -> Tape:
     for n in tape.nodes:
         ins = [alias.get(i, i) for i in n.inputs]
         outs = n.outputs
-        if all(i in consts for i in ins) and \
+        if outs and all(i in consts for i in ins) and hasattr(n.prim, "to_expression") and \
                 all(math.prod(tape.shapes[o]) <= FOLD_MAX_ELEMENTS for o in outs):
             values = _evaluate_node(n.prim, [consts[i] for i in ins],
                                     [tape.shapes[o] for o in outs], [tape.dtypes[o] for o in outs])
