@@ -419,8 +419,8 @@ def fold_constants(tape: Tape) -> Tape:
     whose inputs are all constants and whose outputs have at most
     :data:`FOLD_MAX_ELEMENTS` elements (``1.0 * (1 / n)`` in ``mean``'s gradient),
     evaluated here once. A constant fuses into its readers as a literal; a node that
-    runs costs its dispatch at every call. A node whose evaluation raises is left to
-    raise at the call."""
+    runs costs its dispatch at every call. A node whose evaluation raises here stays
+    a node of the plan."""
     kept = []
     where = {id(c): s for s, c in tape.constants.items()}
     alias = {}  # constants are cached: one slot per array object, as the plan binds them
