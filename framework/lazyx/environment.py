@@ -189,14 +189,32 @@ VARIABLES: dict[str, EnvironmentVariable] = {v.name: v for v in [
         "NumPy's products in the process too); `openblas`, OpenBLAS's own workers. Read "
         "once, when the CPU backend loads its kernels; another value is a warning (then "
         "`pool`).",
-        ("backends/cpu/blas_threads.py",), ("pool", "openblas"), invalid="warning"),
+        ("backends/cpu/blas.py", "backends/cpu/blas_threads.py"), ("pool", "openblas"),
+        invalid="warning"),
+    EnvironmentVariable(
+        "LAZYX_BLAS", "`auto`: lazyx's own OpenBLAS (the `scipy-openblas32` wheel) for large "
+        "float32/float64 products on CPUs where OpenBLAS's own choice of kernels is slower "
+        "(AMD Zen 4: its AVX2 kernels instead of its AVX-512 ones), NumPy's elsewhere",
+        "Whose OpenBLAS runs the CPU's large float products: `auto`; `numpy`, NumPy's always; "
+        "`own`, lazyx's always (with the kernels OpenBLAS picks, or `OPENBLAS_CORETYPE`'s). "
+        "`LAZYX_BLAS_THREADS=openblas` means NumPy's. Read once, when the CPU backend loads "
+        "its kernels; another value is a warning (then `auto`).",
+        ("backends/cpu/blas.py",), ("auto", "numpy", "own"), invalid="warning"),
+    EnvironmentVariable(
+        "OPENBLAS_CORETYPE", "unset: lazyx's own OpenBLAS (see `LAZYX_BLAS`) loads with the "
+        "kernels lazyx picks for the CPU",
+        "OpenBLAS's own variable, read by OpenBLAS when it loads: the kernels it runs "
+        "(`Haswell`, `SkylakeX`, ...). lazyx leaves a value the user set as it is, and sets "
+        "one in the process's environment only while its own library loads.",
+        ("backends/cpu/blas.py",)),
     EnvironmentVariable(
         "OPENBLAS_THREAD_TIMEOUT", "unset: lazyx's CPU backend restarts NumPy's and SciPy's "
         "OpenBLAS workers (when it sets their subnormal mode) with a spin of 2**20 cycles",
         "OpenBLAS's own variable, read by OpenBLAS: how long (2**value cycles) an idle worker "
         "spins before it sleeps. lazyx leaves a value the user set as it is, and sets none "
-        "in the process's environment.",
-        ("backends/cpu/blas_threads.py",)),
+        "in the process's environment (its own OpenBLAS, `LAZYX_BLAS`, loads with 4: its "
+        "calls run on lazyx's pool).",
+        ("backends/cpu/blas.py", "backends/cpu/blas_threads.py")),
     EnvironmentVariable(
         "LAZYX_METAL", "unset: the Metal backend is on where Metal is available (Apple "
         "silicon), the GPU the default device",

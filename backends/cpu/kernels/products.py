@@ -1,7 +1,8 @@
 """NumPy kernels of the products op pack.
 
 float32, float64 and complex64 products go straight to ``np.matmul`` (BLAS,
-which also takes transposed operands without a copy). NumPy has no BLAS for
+which also takes transposed operands without a copy), or, for large float32 and
+float64 ones on CPUs where it is faster, to lazyx's own OpenBLAS (:mod:`..blas`). NumPy has no BLAS for
 float16 and bfloat16, and its own loop is orders of magnitude slower, so
 those operands are widened to float32 and the result narrowed back.
 """
@@ -10,7 +11,7 @@ import numpy as np
 
 from lazyx.plugins import products as pr
 
-from .. import blas_threads, native_kernels
+from .. import blas, blas_threads, native_kernels
 
 #: Sends the native thread pool's spinning helpers to sleep before a BLAS product that
 #: runs on OpenBLAS's own threads: they spin ~1 ms after a kernel for the next one, and
@@ -28,6 +29,7 @@ _PARK_WORK = 1 << 18
 
 _f32 = np.dtype(np.float32)
 _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64)))
+_OWN_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
 _skinny = getattr(native_kernels.load(), "skinny_matmul_float32", None)
@@ -79,6 +81,11 @@ def _product(a, b):
     if a.ndim > 1 and b.ndim > 1 and a.shape[-2] * a.shape[-1] * b.shape[-1] >= _PARK_WORK:
         _park()
     if d in _BLAS:
+        if a.ndim == 2 and b.ndim == 2 and b.dtype == d and d in _OWN_DTYPES \
+                and a.shape[0] * a.shape[1] * b.shape[1] >= blas.MIN_WORK:
+            own = blas.load()  # lazyx's OpenBLAS where its kernels are faster (cpu/blas.py)
+            if own is not None:
+                return own.gemm(a, b), d
         return np.matmul(a, b), d
     return np.matmul(a.astype(_f32), b.astype(_f32)), d
 
