@@ -3,7 +3,7 @@
 NumPy's OpenBLAS picks its kernels by the CPU at load time. On AMD's Zen 4 (x86 family
 25 with AVX-512) it picks its SkylakeX kernels, whose 512-bit operations Zen 4 runs in
 two halves; its Haswell (AVX2) kernels are faster there. Measured on a 2-core Zen 4
-(interleaved best of 35, NumPy's library under each ``OPENBLAS_CORETYPE``):
+(the best of 7 rounds of 5 calls, NumPy's library under each ``OPENBLAS_CORETYPE``):
 
 ====================================  ========  =======
 product (float32)                     SkylakeX  Haswell
@@ -22,7 +22,8 @@ runs best (``OPENBLAS_CORETYPE`` set for its load only, unless the user set it),
 calls its ``cblas_sgemm``/``cblas_dgemm`` for products of at least :data:`MIN_WORK`
 multiply-adds. Its threaded calls run on lazyx's pool like NumPy's
 (``blas_threads.use_pool``, which finds it through threadpoolctl), in the evaluating
-thread's floating-point mode. With ``LAZYX_BLAS_THREADS=openblas`` it is not loaded:
+thread's floating-point mode, and its own idle workers sleep at once
+(:data:`WORKER_SPIN`). With ``LAZYX_BLAS_THREADS=openblas`` it is not loaded:
 the wheel hides the functions that restart OpenBLAS's own workers in lazyx's
 subnormal mode (``blas_threads.follow``).
 
