@@ -273,10 +273,7 @@ class NumberOfElements(NoGradient, Primitive):
         return [()]
 
     def constant_at(self, shapes):
-        n = _size(shapes[0], self.axes)
-        if self.inverted:
-            return 1.0 / n if n else float("inf")
-        return n
+        return _element_count(shapes[0], self.axes, self.inverted)
 
     def vmap(self, inputs, axes):
         # The count is the same for every example: the axes move past the batch axis.
@@ -297,7 +294,12 @@ def _count(x, axes: tuple, inverted: bool, dtype, stream):
     Python number eagerly, a node inside a compile trace (see NumberOfElements)."""
     if _compile.tracing:
         return number_of_elements(x, axes, inverted, dtype, stream)
-    n = _size(x._shape, axes)
+    return _element_count(x._shape, axes, inverted)
+
+
+def _element_count(shape: tuple, axes: tuple, inverted: bool):
+    """The number of elements of ``shape`` over ``axes`` (inverted: 1/count, inf for none)."""
+    n = _size(shape, axes)
     if inverted:
         return 1.0 / n if n else float("inf")
     return n

@@ -69,8 +69,7 @@ class CpuBackend(CpuReferenceBackend):
         table = super().load_kernels()
         table.update(native_kernels.kernels(self.native))
         if self.native is not None:
-            from . import blas, blas_threads  # threadpoolctl: with the kernels, once
-            blas.load()  # lazyx's own OpenBLAS, if any: before the pool's scan finds it
+            from . import blas_threads  # threadpoolctl: with the kernels, once
             blas_threads.use_pool(self.native)
             if self.native.get_flush_denormal():
                 blas_threads.follow(self.native, True)

@@ -21,7 +21,7 @@ can say anything. So lazyx loads a second OpenBLAS, the ``scipy-openblas32`` whe
 runs best (``OPENBLAS_CORETYPE`` set for its load only, unless the user set it), and
 calls its ``cblas_sgemm``/``cblas_dgemm`` for products of at least :data:`MIN_WORK`
 multiply-adds. Its threaded calls run on lazyx's pool like NumPy's
-(``blas_threads.use_pool``, which finds it through threadpoolctl), in the evaluating
+(``blas_threads.use_pool``: its scan of the loaded libraries loads this one first), in the evaluating
 thread's floating-point mode, and its own idle workers sleep at once
 (:data:`WORKER_SPIN`). With ``LAZYX_BLAS_THREADS=openblas`` it is not loaded:
 the wheel hides the functions that restart OpenBLAS's own workers in lazyx's
@@ -53,6 +53,8 @@ CORES = {("AuthenticAMD", 25, "avx512f"): "Haswell"}
 
 _ROW_MAJOR, _N, _T = 101, 111, 112
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+#: The dtypes whose products the library runs (``gemm``'s operands).
+DTYPES = frozenset((_F32, _F64))
 
 
 class OwnBlas:
@@ -141,9 +143,6 @@ def load() -> OwnBlas | None:
     """lazyx's OpenBLAS as ``LAZYX_BLAS`` says (loaded once), or None: NumPy's serves."""
     if not _loaded:
         _loaded.append(_load_for(read_variable("LAZYX_BLAS") or "auto"))
-        if _loaded[0] is not None:
-            from . import blas_threads  # (the module imports this one) scan again, to pool it
-            blas_threads._info = None
     return _loaded[0]
 
 
@@ -178,7 +177,7 @@ def open_library(core: str | None) -> OwnBlas | None:
         os.environ["OPENBLAS_THREAD_TIMEOUT"] = WORKER_SPIN
     try:
         import scipy_openblas32  # loads the library (the variables read at its load)
-        lib = scipy_openblas32.dll or ctypes.CDLL(None)
+        lib = scipy_openblas32.dll
     except (ImportError, OSError, AttributeError):
         return None
     finally:
@@ -186,6 +185,8 @@ def open_library(core: str | None) -> OwnBlas | None:
             del os.environ["OPENBLAS_CORETYPE"]
         if set_spin:
             del os.environ["OPENBLAS_THREAD_TIMEOUT"]
+    if lib is None:
+        return None
     name = getattr(lib, "scipy_openblas_get_corename", None)
     picked = ""
     if name is not None:

@@ -96,6 +96,8 @@ def _threadpool_info() -> list:
     first time lazyx needs it (when the CPU backend loads its kernels)."""
     global _info
     if _info is None:
+        from . import blas  # lazyx's own OpenBLAS, where it loads one, is among them
+        blas.load()
         import threadpoolctl  # the loaded BLAS libraries: on first use
         _info = threadpoolctl.threadpool_info()
     return _info

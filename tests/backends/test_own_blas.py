@@ -2,6 +2,7 @@
 equal float64 NumPy's for every operand layout, and that the cpu backend's large
 products run on it when it is loaded."""
 
+import os
 import subprocess
 import sys
 
@@ -110,7 +111,7 @@ def test_large_products_of_the_backend_run_on_it(monkeypatch, transposed):
 def test_lazyx_blas_numpy_keeps_numpys_products():
     code = ("from lazyx.backends.cpu import blas; import lazyx.core as mx; "
             "mx.eval(mx.ones((4, 4)) @ mx.ones((4, 4))); print(blas.load())")
-    out = subprocess.run([sys.executable, "-c", code], env={**_env(), "LAZYX_BLAS": "numpy"},
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LAZYX_BLAS": "numpy"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "None"
 
@@ -128,12 +129,7 @@ def test_the_core_type_applies_to_lazyxs_library_alone():
             "assert 'OPENBLAS_CORETYPE' not in os.environ\n"
             "assert 'OPENBLAS_THREAD_TIMEOUT' not in os.environ\n"
             "print(lib.core)\n")
-    env = {k: v for k, v in _env().items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "Haswell"
-
-
-def _env():
-    import os
-    return dict(os.environ)

@@ -29,7 +29,6 @@ _PARK_WORK = 1 << 18
 
 _f32 = np.dtype(np.float32)
 _BLAS = frozenset((np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64)))
-_OWN_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
 _skinny = getattr(native_kernels.load(), "skinny_matmul_float32", None)
@@ -81,7 +80,7 @@ def _product(a, b):
     if a.ndim > 1 and b.ndim > 1 and a.shape[-2] * a.shape[-1] * b.shape[-1] >= _PARK_WORK:
         _park()
     if d in _BLAS:
-        if a.ndim == 2 and b.ndim == 2 and b.dtype == d and d in _OWN_DTYPES \
+        if a.ndim == 2 and b.ndim == 2 and b.dtype == d and d in blas.DTYPES \
                 and a.shape[0] * a.shape[1] * b.shape[1] >= blas.MIN_WORK:
             own = blas.load()  # lazyx's OpenBLAS where its kernels are faster (cpu/blas.py)
             if own is not None:

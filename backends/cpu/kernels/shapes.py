@@ -24,10 +24,7 @@ def _squeeze(p, ins):
 
 
 def _expand_dims(p, ins):
-    shape = list(ins[0].shape)
-    for a in p.axes:  # output positions, sorted
-        shape.insert(a, 1)
-    return ins[0].reshape(shape)
+    return ins[0].reshape(sh._expanded(ins[0].shape, p.axes))
 
 
 def _flatten(p, ins):
